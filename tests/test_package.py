@@ -1,0 +1,48 @@
+"""Package-level contracts: no dependency on `flax`, lazy submodules, version."""
+
+import ast
+import pathlib
+
+import flaxen
+
+PKG = pathlib.Path(flaxen.__file__).parent
+
+
+def _imported_roots(path: pathlib.Path):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module.split(".")[0]
+
+
+def test_flaxen_never_imports_flax():
+    offenders = [
+        f"{p.relative_to(PKG.parent)}:{line}"
+        for p in sorted(PKG.rglob("*.py"))
+        for line, root in _imported_roots(p)
+        if root == "flax"
+    ]
+    assert not offenders, f"flaxen/ must not import the reference `flax`: {offenders}"
+
+
+def test_import_checker_sees_flax_imports(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import os\nfrom flax import linen\nimport flax.core\n")
+    roots = [root for _, root in _imported_roots(bad)]
+    assert roots.count("flax") == 2
+
+
+def test_version_is_exposed():
+    assert flaxen.__version__.count(".") >= 2
+
+
+def test_unknown_attribute_raises():
+    try:
+        flaxen.definitely_not_a_submodule  # noqa: B018
+    except AttributeError as e:
+        assert "definitely_not_a_submodule" in str(e)
+    else:
+        raise AssertionError("expected AttributeError")
