@@ -1,0 +1,1 @@
+"""Benchmark suites: each compares flaxen with the reference `flax` and hand-written pure JAX."""

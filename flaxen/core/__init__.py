@@ -1,0 +1,1 @@
+"""flaxen.core: the functional core (Scope, init/apply, lift) and FrozenDict."""

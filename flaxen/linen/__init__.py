@@ -1,0 +1,1 @@
+"""flaxen.linen: Modules, layers and lifted transforms, with Flax Linen's public names."""

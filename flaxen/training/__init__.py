@@ -1,0 +1,1 @@
+"""flaxen.training: TrainState, checkpoints and other training utilities."""
