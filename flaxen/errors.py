@@ -1,0 +1,608 @@
+"""Error classes raised by flaxen, one per kind of user mistake.
+
+Every class derives from :class:`FlaxError` and has the same name and constructor
+signature as its counterpart in ``flax.errors``, so ``except flax.errors.X`` code keeps
+working once ``flax`` is replaced by ``flaxen``. Each message says what went wrong, names
+the offending path or value, and ends with how to fix it.
+
+The constructor arguments stay available as attributes (``err.param_name``,
+``err.scope_path``, ...) and errors survive pickling, which matters for multi-process
+runners that ship exceptions between processes.
+
+>>> from flaxen import errors
+>>> err = errors.ScopeParamShapeError('kernel', '/Dense_0', (3, 4), (2, 4))
+>>> isinstance(err, errors.FlaxError)
+True
+>>> err.scope_path
+'/Dense_0'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AlreadyExistsError",
+    "ApplyModuleInvalidMethodError",
+    "ApplyScopeInvalidVariablesStructureError",
+    "ApplyScopeInvalidVariablesTypeError",
+    "AssignSubModuleError",
+    "CallCompactUnboundModuleError",
+    "CallSetupUnboundModuleError",
+    "CallShareScopeOnUnboundModuleError",
+    "CallUnbindOnUnboundModuleError",
+    "CursorFindError",
+    "DescriptorAttributeError",
+    "FlaxError",
+    "ImmutableVariableError",
+    "IncorrectPostInitOverrideError",
+    "InvalidCheckpointError",
+    "InvalidFilterError",
+    "InvalidInstanceModuleError",
+    "InvalidRngError",
+    "InvalidScopeError",
+    "JaxTransformError",
+    "LazyInitError",
+    "MPACheckpointingRequiredError",
+    "MPARestoreDataCorruptedError",
+    "MPARestoreTargetRequiredError",
+    "MPARestoreTypeNotMatchError",
+    "ModifyScopeVariableError",
+    "MultipleMethodsCompactError",
+    "NameInUseError",
+    "PartitioningUnspecifiedError",
+    "ReservedModuleAttributeError",
+    "ScopeCollectionNotFound",
+    "ScopeParamNotFoundError",
+    "ScopeParamShapeError",
+    "ScopeVariableNotFoundError",
+    "SetAttributeFrozenModuleError",
+    "SetAttributeInModuleSetupError",
+    "TraceContextError",
+    "TransformTargetError",
+    "TransformedMethodReturnValueError",
+    "TraverseTreeError",
+]
+
+
+def _rebuild(cls: type, args: tuple, kwargs: dict) -> FlaxError:
+    return cls(*args, **kwargs)
+
+
+class FlaxError(Exception):
+    """Base class of every flaxen error; ``str(err)`` is the full message.
+
+    >>> try:
+    ...     raise FlaxError('something went wrong')
+    ... except FlaxError as e:
+    ...     print(e)
+    something went wrong
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        self = super().__new__(cls, *args)
+        # Remember the constructor call: the message alone cannot rebuild a subclass
+        # whose __init__ takes structured arguments (needed by pickle / copy).
+        self._ctor_args = (args, kwargs)
+        return self
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+    def __reduce__(self):
+        args, kwargs = self._ctor_args
+        return (_rebuild, (type(self), args, kwargs), None)
+
+
+def _fmt(value: Any) -> str:
+    return value if isinstance(value, str) else repr(value)
+
+
+# --- Module.apply / init argument mistakes ----------------------------------------------
+
+
+class ApplyModuleInvalidMethodError(FlaxError):
+    """``method=`` passed to ``Module.apply`` is neither a method nor a callable."""
+
+    def __init__(self, method: Any) -> None:
+        self.method = method
+        super().__init__(
+            f"Cannot call apply(): method={method!r} is not a method of the Module nor a "
+            "function taking the module as its first argument. Pass a method of the "
+            "Module (e.g. method=MyModule.encode or method='encode') or a function "
+            "fn(module, *args)."
+        )
+
+
+class ApplyScopeInvalidVariablesStructureError(FlaxError):
+    """The variables given to ``apply`` have an extra ``'params'`` layer."""
+
+    def __init__(self, variables: Any) -> None:
+        self.variables = variables
+        super().__init__(
+            "Expected the variables passed to apply() to look like {'params': {...}}, "
+            "but found an extra 'params' layer: {'params': {'params': ...}}. "
+            "Pass variables['params'] instead (or {'params': params} where params is "
+            "the inner dict)."
+        )
+
+
+class ApplyScopeInvalidVariablesTypeError(FlaxError):
+    """The first argument to ``apply`` is not a dict of collections."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The first argument passed to an apply function must be a dict of "
+            "collections, each a dict with string keys, e.g. {'params': {...}}. "
+            "If you passed only the parameters, wrap them: apply({'params': params}, ...)."
+        )
+
+
+class InvalidInstanceModuleError(FlaxError):
+    """``init``/``apply``/``bind`` was called on the Module class instead of an instance."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "init, init_with_output, apply and bind must be called on an instance of a "
+            "Module, not on the Module class itself. Construct it first: "
+            "MyModule(...).init(rng, x) instead of MyModule.init(rng, x)."
+        )
+
+
+class InvalidRngError(FlaxError):
+    """An RNG stream is missing or invalid (e.g. ``make_rng`` on a stream not passed in)."""
+
+    def __init__(self, msg: str) -> None:
+        self.msg = msg
+        super().__init__(
+            f"{msg} Pass every RNG stream the module uses to init/apply, e.g. "
+            "module.init({'params': key0, 'dropout': key1}, x) or "
+            "module.apply(variables, x, rngs={'dropout': key})."
+        )
+
+
+class LazyInitError(FlaxError):
+    """``lazy_init`` produced variables that depend on an abstract input's values."""
+
+    def __init__(self, partial_val: Any) -> None:
+        self.partial_val = partial_val
+        super().__init__(
+            "lazy_init could not compute a variable because it depends on the value of "
+            f"an abstract input (found: {_fmt(partial_val)}). Make the init function use "
+            "only shapes and dtypes of jax.ShapeDtypeStruct inputs, or pass a real array."
+        )
+
+
+# --- Module definition mistakes ---------------------------------------------------------
+
+
+class AssignSubModuleError(FlaxError):
+    """A submodule was created outside ``setup`` or an ``@compact`` method."""
+
+    def __init__(self, cls: Any) -> None:
+        self.cls = cls
+        super().__init__(
+            f"Submodule {_fmt(cls)} must be created in setup() or in the method wrapped "
+            "in @nn.compact, but it was created elsewhere. Move its construction into "
+            "setup() (assigning it to self) or decorate the calling method with "
+            "@nn.compact."
+        )
+
+
+class CallCompactUnboundModuleError(FlaxError):
+    """A Module was called directly instead of through ``init``/``apply``."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Can't call compact methods on an unbound Module: it has no variables. "
+            "Use variables = module.init(rng, x) and then module.apply(variables, x), "
+            "or bind it first with module.bind(variables)."
+        )
+
+
+class CallSetupUnboundModuleError(FlaxError):
+    """``setup()`` was called by hand on an unbound Module."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Can't call setup() on an unbound Module; setup runs automatically when a "
+            "bound Module is used. To reach a submodule defined in setup, use "
+            "nn.apply(lambda m: m.submodule.clone(), module)(variables), or bind the "
+            "module first: module.bind(variables).submodule."
+        )
+
+
+class CallShareScopeOnUnboundModuleError(FlaxError):
+    """``share_scope`` was called on an unbound Module."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Can't call share_scope() on an unbound Module. Call it from setup() or a "
+            "@compact method of a Module being run by init/apply."
+        )
+
+
+class CallUnbindOnUnboundModuleError(FlaxError):
+    """``unbind()`` was called on a Module that is not bound."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Can't call unbind() on an unbound Module: there is nothing to unbind. "
+            "Bind it first: module.bind(variables).unbind()."
+        )
+
+
+class DescriptorAttributeError(FlaxError):
+    """A property of a Module accessed an attribute that does not exist."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "A property of this Module tried to access an attribute that does not "
+            "exist (the AttributeError came from inside the property). Check the "
+            "attribute names used in the property's body."
+        )
+
+
+class IncorrectPostInitOverrideError(FlaxError):
+    """``__post_init__`` was overridden without calling ``super().__post_init__()``."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "This Module overrides __post_init__() without calling "
+            "super().__post_init__(), so it was never registered. Add "
+            "super().__post_init__() to your __post_init__."
+        )
+
+
+class MultipleMethodsCompactError(FlaxError):
+    """More than one method of a Module class is decorated with ``@compact``."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Only one method per Module class can be @compact. Keep @compact on one "
+            "method and define the other submodules in setup(), or split the Module "
+            "into two Modules that each have one @compact method."
+        )
+
+
+class NameInUseError(FlaxError):
+    """A submodule, param or variable name is already taken in the same Module."""
+
+    def __init__(self, key_type: str, value: str, module_name: str) -> None:
+        self.key_type = key_type
+        self.value = value
+        self.module_name = module_name
+        super().__init__(
+            f'Could not create {key_type} "{value}" in Module {module_name}: the name '
+            "is already used by a submodule, param or variable (they share one "
+            "namespace). Give it a different name, or to share a submodule reuse the "
+            "same instance instead of creating a second one with the same name."
+        )
+
+
+class ReservedModuleAttributeError(FlaxError):
+    """A Module declares one of the reserved fields ``parent`` or ``name``."""
+
+    def __init__(self, annotations: Any) -> None:
+        self.annotations = annotations
+        super().__init__(
+            "The attributes `parent` and `name` are reserved on Modules, but this "
+            f"Module declares them in its fields: {_fmt(annotations)}. Rename those "
+            "fields."
+        )
+
+
+class SetAttributeFrozenModuleError(FlaxError):
+    """An attribute was assigned on a Module outside of ``setup``."""
+
+    def __init__(self, module_cls: Any, attr_name: str, attr_val: Any) -> None:
+        self.module_cls = module_cls
+        self.attr_name = attr_name
+        self.attr_val = attr_val
+        super().__init__(
+            f"Can't set {attr_name}={attr_val!r} on a Module of type {_fmt(module_cls)}: "
+            "Module instances are frozen outside of setup(). Assign attributes in "
+            "setup(), pass the value as a constructor field, or make a modified copy "
+            f"with module.clone({attr_name}=...)."
+        )
+
+
+class SetAttributeInModuleSetupError(FlaxError):
+    """A dataclass field of a Module was reassigned inside ``setup``."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Module construction attributes (dataclass fields) are frozen and cannot be "
+            "reassigned in setup(). Pass the value when constructing the Module, "
+            "e.g. Foo(features=3), or store it under a different attribute name."
+        )
+
+
+class TransformTargetError(FlaxError):
+    """A Linen transform was given something other than a Module class or function."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        super().__init__(
+            "Linen transformations must be applied to Module classes or to functions "
+            "taking a Module instance as their first argument, but got "
+            f"{_fmt(target)}. Transform the class instead, e.g. nn.vmap(nn.Dense)(3), "
+            "or wrap the instance: nn.vmap(lambda mdl, x: mdl(x), ...)(nn.Dense(3), x)."
+        )
+
+
+class TransformedMethodReturnValueError(FlaxError):
+    """A transformed Module method returned a Module or a Variable."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"Transformed Module method {name} cannot return Modules or Variables. "
+            "Return arrays (e.g. variable.value) instead."
+        )
+
+
+class JaxTransformError(FlaxError):
+    """A raw JAX transform was applied across a Flax Module boundary."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "JAX transforms and Flax Modules cannot be mixed: JAX transforms need pure "
+            "functions. Inside a Module, use the lifted versions (nn.jit, nn.vmap, "
+            "nn.scan, nn.remat, ...) instead of jax.jit / jax.vmap / ..."
+        )
+
+
+class PartitioningUnspecifiedError(FlaxError):
+    """A transform adds an axis to a Partitioned variable with no ``partition_name``."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        super().__init__(
+            "Trying to add an axis to a Partitioned variable with a transformation, but "
+            f"'partition_name' is not set in metadata_params: {_fmt(target)}. Pass "
+            "metadata_params={nn.PARTITION_NAME: 'axis_name'} to the transform."
+        )
+
+
+# --- Scope / variable access mistakes ---------------------------------------------------
+
+
+class InvalidScopeError(FlaxError):
+    """A temporary Scope was used after its context ended."""
+
+    def __init__(self, scope_name: str) -> None:
+        self.scope_name = scope_name
+        super().__init__(
+            f'The scope "{scope_name}" is no longer valid: temporary scopes only live '
+            "inside the context that created them. Do not keep references to a Scope "
+            "(or a bound Module) after init/apply returns; use module.bind(...) for a "
+            "long-lived bound Module."
+        )
+
+
+class ModifyScopeVariableError(FlaxError):
+    """A variable in an immutable collection was written to."""
+
+    def __init__(self, col: str, variable_name: str, scope_path: str) -> None:
+        self.col = col
+        self.variable_name = variable_name
+        self.scope_path = scope_path
+        super().__init__(
+            f'Cannot update variable "{variable_name}" in "{scope_path}" because '
+            f'collection "{col}" is immutable. Make it mutable: '
+            f"module.apply(variables, ..., mutable=['{col}'])."
+        )
+
+
+class ScopeCollectionNotFound(FlaxError):
+    """A variable was read from a collection that is empty / absent."""
+
+    def __init__(self, col_name: str, var_name: str, scope_path: str) -> None:
+        self.col_name = col_name
+        self.var_name = var_name
+        self.scope_path = scope_path
+        super().__init__(
+            f'Tried to access "{var_name}" from collection "{col_name}" in '
+            f'"{scope_path}" but the collection is empty. Either the collection was '
+            f"not passed to apply (pass {{'{col_name}': ...}} inside the variables, e.g. "
+            "apply({'params': params}, ...) rather than apply(params, ...)), or it must "
+            f"be initialized now: apply(..., mutable=['{col_name}'])."
+        )
+
+
+class ScopeParamNotFoundError(FlaxError):
+    """A parameter was looked up that does not exist in the given variables."""
+
+    def __init__(self, param_name: str, scope_path: str) -> None:
+        self.param_name = param_name
+        self.scope_path = scope_path
+        super().__init__(
+            f'Could not find parameter named "{param_name}" in scope "{scope_path}". '
+            "Check that the variables passed to apply come from init of the same "
+            "Module and that the parameter name matches the one used at init."
+        )
+
+
+class ScopeParamShapeError(FlaxError):
+    """An existing parameter's shape differs from what its initializer would produce."""
+
+    def __init__(self, param_name: str, scope_path: str, value_shape: Any,
+                 init_shape: Any) -> None:
+        self.param_name = param_name
+        self.scope_path = scope_path
+        self.value_shape = value_shape
+        self.init_shape = init_shape
+        super().__init__(
+            f'For parameter "{param_name}" in "{scope_path}", the initializer expects '
+            f"shape {init_shape}, but the existing parameter has shape {value_shape}. "
+            "The inputs given to apply probably differ in shape from those used at "
+            "init; re-run init with inputs of the same shape, or fix the input shape."
+        )
+
+
+class ScopeVariableNotFoundError(FlaxError):
+    """A variable does not exist and its collection is immutable, so it can't be made."""
+
+    def __init__(self, name: str, col: str, scope_path: str) -> None:
+        self.name = name
+        self.col = col
+        self.scope_path = scope_path
+        super().__init__(
+            f'No variable named "{name}" in collection "{col}" exists in '
+            f'"{scope_path}", and the collection is immutable so it cannot be created. '
+            f"Pass it in the variables, or make the collection mutable: "
+            f"apply(..., mutable=['{col}'])."
+        )
+
+
+class ImmutableVariableError(FlaxError):
+    """An immutable Variable (e.g. in an immutable collection) was assigned."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)
+
+
+class TraceContextError(FlaxError):
+    """State created under one JAX trace was touched from a different trace level."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)
+
+
+class InvalidFilterError(FlaxError):
+    """A collection filter is not a bool, str, type, or container of those."""
+
+    def __init__(self, filter_like: Any) -> None:
+        self.filter_like = filter_like
+        super().__init__(
+            f'Invalid filter: "{_fmt(filter_like)}". A filter must be a bool, a string, '
+            "a type, a callable or a container (list/tuple/set) of those."
+        )
+
+
+# --- Utilities ----------------------------------------------------------------------------
+
+
+class CursorFindError(FlaxError):
+    """``Cursor.find`` matched no object, or more than one."""
+
+    def __init__(self, cursor: Any = None, cursor2: Any = None) -> None:
+        self.cursor = cursor
+        self.cursor2 = cursor2
+        if cursor is not None and cursor2 is not None:
+            message = (
+                "Cursor.find() found more than one object matching the condition, at "
+                f"paths {_cursor_path(cursor)} and {_cursor_path(cursor2)}. Make the "
+                "condition more specific, or use Cursor.find_all()."
+            )
+        else:
+            message = (
+                "Cursor.find() found no object matching the condition. Check the "
+                "condition, or use Cursor.find_all(), which may return nothing."
+            )
+        super().__init__(message)
+
+
+def _cursor_path(cursor: Any) -> str:
+    # Cursor objects keep their access path privately; fall back to the repr for anything else.
+    path = getattr(cursor, "_path", None)
+    return repr(path) if path is not None else repr(cursor)
+
+
+class TraverseTreeError(FlaxError):
+    """``traverse_util`` was given both (or neither) of ``update_fn`` and ``cond_fn``."""
+
+    def __init__(self, update_fn: Any, cond_fn: Any) -> None:
+        self.update_fn = update_fn
+        self.cond_fn = cond_fn
+        if update_fn is None and cond_fn is None:
+            problem = "Both update_fn and cond_fn are None."
+        else:
+            problem = "Both update_fn and cond_fn are given."
+        super().__init__(f"{problem} Pass exactly one of them.")
+
+
+# --- Checkpointing ---------------------------------------------------------------------
+
+
+class AlreadyExistsError(FlaxError):
+    """Saving would overwrite an existing file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(
+            f'Refusing to overwrite the existing file "{path}". Pass overwrite=True to '
+            "replace it, or choose another path."
+        )
+
+
+class InvalidCheckpointError(FlaxError):
+    """A checkpoint directory already holds a checkpoint at this or a later step."""
+
+    def __init__(self, path: str, step: Any) -> None:
+        self.path = path
+        self.step = step
+        super().__init__(
+            f'Trying to save an outdated checkpoint at step {step} in "{path}": the '
+            "directory already holds a checkpoint at this or a later step. Pass "
+            "overwrite=True to replace them, or save to another directory."
+        )
+
+
+class MPACheckpointingRequiredError(FlaxError):
+    """A multiprocess array must be saved through an async checkpoint manager."""
+
+    def __init__(self, path: str, step: Any) -> None:
+        self.path = path
+        self.step = step
+        super().__init__(
+            f'Checkpoint failed at step {step} and path "{path}": the target contains '
+            "a multiprocess array, which must be saved/restored with an async "
+            "checkpoint manager. Create one at top level and pass it, e.g. "
+            "save_checkpoint_multiprocess(..., async_manager=manager), or use Orbax."
+        )
+
+
+class MPARestoreDataCorruptedError(FlaxError):
+    """A saved multiprocess array has no commit marker, so its save never completed."""
+
+    def __init__(self, step: Any, path: str) -> None:
+        self.step = step
+        self.path = path
+        super().__init__(
+            f'Restoring checkpoint step {step} failed on the multiprocess array at '
+            f'"{path}": its "commit_success.txt" marker is missing, so its save was '
+            "probably interrupted. Restore from an earlier step, or save again."
+        )
+
+
+class MPARestoreTargetRequiredError(FlaxError):
+    """Restoring a multiprocess array needs a target holding a pre-created array."""
+
+    def __init__(self, path: str, step: Any, key: Any = None) -> None:
+        self.path = path
+        self.step = step
+        self.key = key
+        where = f" (array at {key})" if key is not None else ""
+        super().__init__(
+            f'Restoring checkpoint step {step} from "{path}" failed{where}: '
+            "checkpoints containing multiprocess arrays must be restored into a target "
+            "that holds pre-created arrays with their shardings at the same tree "
+            "position. Pass such a target, or allow_partial_mpa_restoration=True."
+        )
+
+
+class MPARestoreTypeNotMatchError(FlaxError):
+    """The saved multiprocess array type does not match the current configuration."""
+
+    def __init__(self, step: Any, gda_path: str) -> None:
+        self.step = step
+        self.gda_path = gda_path
+        super().__init__(
+            f'Restoring checkpoint step {step} failed at "{gda_path}": the saved '
+            "multiprocess array type does not match the array type in use. Restore "
+            "into jax.Array targets (the only kind current JAX supports)."
+        )
