@@ -1,0 +1,288 @@
+"""Global configuration flags of flaxen (``flaxen.config``).
+
+Every flag has a ``flax_`` prefixed name, a default, and an environment-variable override
+``FLAX_<NAME>`` that is read once, when the flag is defined (at import). At run time:
+
+>>> from flaxen import config
+>>> config.flax_return_frozendict
+False
+>>> config.update('flax_return_frozendict', True)
+>>> config.flax_return_frozendict
+True
+>>> config.update('flax_return_frozendict', False)
+>>> with config.temp_flip_flag('return_frozendict', True):
+...     config.flax_return_frozendict
+True
+
+Reading a flag is a plain instance-attribute read, so library code may consult flags on
+hot paths. Boolean environment values accept (any case) ``y yes t true on 1`` and
+``n no f false off 0``; anything else raises ``ValueError`` naming the variable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any, Generic, TypeVar
+
+__all__ = [
+    "Config",
+    "FlagHolder",
+    "bool_flag",
+    "config",
+    "define_bool_state",
+    "int_flag",
+    "static_bool_env",
+    "static_int_env",
+]
+
+_T = TypeVar("_T")
+
+_TRUE = frozenset({"y", "yes", "t", "true", "on", "1"})
+_FALSE = frozenset({"n", "no", "f", "false", "off", "0"})
+
+
+def static_bool_env(varname: str, default: bool) -> bool:
+    """Read environment variable ``varname`` as a bool, or return ``default`` if unset.
+
+    True values (any case): ``y yes t true on 1``; false values: ``n no f false off 0``.
+    Raises ``ValueError`` for anything else.
+
+    >>> import os
+    >>> os.environ['MY_FLAG_EXAMPLE'] = 'Yes'
+    >>> static_bool_env('MY_FLAG_EXAMPLE', False)
+    True
+    >>> static_bool_env('SURELY_UNSET_FLAG_EXAMPLE', True)
+    True
+    """
+    raw = os.environ.get(varname)
+    if raw is None:
+        return default
+    lowered = raw.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ValueError(
+        f"invalid truth value {raw!r} for environment variable {varname!r}. "
+        f"Set it to one of {sorted(_TRUE)} or {sorted(_FALSE)}, or unset it."
+    )
+
+
+def static_int_env(varname: str, default: int | None) -> int | None:
+    """Read environment variable ``varname`` as an int, or return ``default`` if unset.
+
+    Raises ``ValueError`` if the variable is set to something that is not an integer.
+
+    >>> import os
+    >>> os.environ['MY_DEPTH_EXAMPLE'] = '3'
+    >>> static_int_env('MY_DEPTH_EXAMPLE', None)
+    3
+    """
+    raw = os.environ.get(varname)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(
+            f"invalid integer value {raw!r} for environment variable {varname!r}. "
+            "Set it to an integer such as 3, or unset it."
+        ) from None
+
+
+class FlagHolder(Generic[_T]):
+    """A handle on one flag; ``holder.value`` reads the current value.
+
+    Deliberately not usable as a bool: ``if holder:`` would always be true, so it raises.
+
+    >>> from flaxen import configurations
+    >>> configurations.flax_return_frozendict.name
+    'flax_return_frozendict'
+    """
+
+    __slots__ = ("_config", "name", "help")
+
+    def __init__(self, config: Config, name: str, help: str) -> None:
+        self._config = config
+        self.name = name
+        self.help = help
+
+    @property
+    def value(self) -> _T:
+        return self._config.__dict__[self.name]
+
+    def __bool__(self):
+        raise TypeError(
+            f"bool() is not supported for the flag holder {self.name!r}; "
+            f"use {self.name}.value (or flaxen.config.{self.name}) instead."
+        )
+
+    def __repr__(self) -> str:
+        return f"FlagHolder({self.name}={self.value!r})"
+
+
+class Config:
+    """The set of flaxen flags; values are attributes (``config.flax_profile``).
+
+    Set them with :meth:`update` (or temporarily with :meth:`temp_flip_flag`), never by
+    assignment, so that typos and wrong types are caught.
+    """
+
+    # Flag values live in the instance __dict__ so that reading one is a plain attribute
+    # read; these two hold the metadata needed only when defining/updating flags.
+    _kinds: dict[str, type]
+    _helps: dict[str, str]
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_kinds", {})
+        object.__setattr__(self, "_helps", {})
+
+    def _define(self, name: str, kind: type, value: Any, help: str) -> FlagHolder:
+        if name in self._kinds:
+            raise ValueError(f"Config option {name!r} is already defined; pick another name.")
+        self._kinds[name] = kind
+        self._helps[name] = help
+        object.__setattr__(self, name, value)
+        return FlagHolder(self, name, help)
+
+    def _known(self) -> str:
+        return ", ".join(sorted(self._kinds))
+
+    def _check(self, name: str, value: Any) -> Any:
+        kind = self._kinds[name]
+        if kind is bool:
+            # Accept 0/1 and scalar numpy bools, which users commonly pass.
+            if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+                return bool(value)
+            if getattr(value, "shape", None) == () and getattr(
+                    getattr(value, "dtype", None), "kind", None) == "b":
+                return bool(value)
+            expected = "a bool (True or False)"
+        else:
+            if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+                return value
+            expected = "an int or None"
+        raise TypeError(
+            f"Config option {name!r} expects {expected}, got {value!r} "
+            f"of type {type(value).__name__}."
+        )
+
+    def update(self, name_or_holder: str | FlagHolder, value: Any, /) -> None:
+        """Set a flag by name (``'flax_<name>'``) or by its :class:`FlagHolder`.
+
+        Raises ``LookupError`` for an unknown name (the message lists the known flags)
+        and ``TypeError`` for a value of the wrong type.
+        """
+        name = (name_or_holder.name if isinstance(name_or_holder, FlagHolder)
+                else name_or_holder)
+        if name not in self._kinds:
+            raise LookupError(
+                f"Unrecognized config option: {name!r}. Known options: {self._known()}."
+            )
+        object.__setattr__(self, name, self._check(name, value))
+
+    @contextlib.contextmanager
+    def temp_flip_flag(self, var_name: str, var_value: bool) -> Iterator[None]:
+        """Set flag ``flax_<var_name>`` to ``var_value`` inside a ``with`` block.
+
+        ``var_name`` may be given with or without the ``flax_`` prefix. The previous value
+        is restored on exit, also when the block raises.
+        """
+        name = var_name if var_name in self._kinds else f"flax_{var_name}"
+        if name not in self._kinds:
+            raise LookupError(
+                f"Unrecognized config option: {var_name!r}. Known options: {self._known()}."
+            )
+        old = self.__dict__[name]
+        self.update(name, var_value)
+        try:
+            yield
+        finally:
+            object.__setattr__(self, name, old)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when normal lookup fails, i.e. for an unknown flag.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"flaxen.config has no option {name!r}. Known options: {self._known()}."
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(
+            f"Set config options with flaxen.config.update({name!r}, {value!r}), "
+            "not by assignment."
+        )
+
+    def __repr__(self) -> str:
+        items = ", ".join(f"{n}={self.__dict__[n]!r}" for n in sorted(self._kinds))
+        return f"Config({items})"
+
+
+config = Config()
+
+
+def bool_flag(name: str, *, default: bool, help: str) -> FlagHolder[bool]:
+    """Define a boolean flag ``name``; environment variable ``NAME.upper()`` overrides it.
+
+    >>> holder = bool_flag('flax_my_feature', default=False, help='...')  # doctest: +SKIP
+    >>> config.flax_my_feature  # doctest: +SKIP
+    False
+    """
+    return config._define(name, bool, static_bool_env(name.upper(), default), help)
+
+
+def int_flag(name: str, *, default: int | None, help: str) -> FlagHolder[int]:
+    """Define an integer (or None) flag ``name``; ``NAME.upper()`` in the environment overrides it."""
+    return config._define(name, int, static_int_env(name.upper(), default), help)
+
+
+def define_bool_state(name: str, default: bool, help: str) -> FlagHolder[bool]:
+    """Define the boolean flag ``flax_<name>``, overridable by env var ``FLAX_<NAME>``.
+
+    Change it at run time with ``flaxen.config.update('flax_<name>', value)``.
+
+    >>> holder = define_bool_state('my_state', True, '...')  # doctest: +SKIP
+    >>> holder.name, config.flax_my_state  # doctest: +SKIP
+    ('flax_my_state', True)
+    """
+    return bool_flag(f"flax_{name}", default=default, help=help)
+
+
+# --- The flags -------------------------------------------------------------------------
+# Defaults follow Flax 0.12 (the documented 0.6 behaviour of `init` returning FrozenDict
+# is available through flax_return_frozendict=True).
+
+flax_filter_frames = bool_flag(
+    "flax_filter_frames", default=True,
+    help="Hide flaxen's internal frames from tracebacks of errors raised through JAX.")
+flax_profile = bool_flag(
+    "flax_profile", default=True,
+    help="Run Module methods under jax.named_scope so they show up named in profiles.")
+flax_use_orbax_checkpointing = bool_flag(
+    "flax_use_orbax_checkpointing", default=True,
+    help="Make flaxen.training.checkpoints save and restore through Orbax.")
+flax_preserve_adopted_names = bool_flag(
+    "flax_preserve_adopted_names", default=False,
+    help="Keep the names of submodules adopted by a parent Module outside setup/compact.")
+flax_return_frozendict = bool_flag(
+    "flax_return_frozendict", default=False,
+    help="Return FrozenDict (as documented for Flax 0.6) instead of dict from init/apply.")
+flax_fix_rng = bool_flag(
+    "flax_fix_rng_separator", default=False,
+    help="Insert a separator byte between path items when deriving RNG keys, avoiding "
+         "collisions such as ('ab', 'c') vs ('a', 'bc'). Changes all derived keys.")
+flax_use_flaxlib = bool_flag(
+    "flax_use_flaxlib", default=False,
+    help="Accepted for compatibility; flaxen has no compiled extension and ignores it.")
+flax_max_repr_depth = int_flag(
+    "flax_max_repr_depth", default=None,
+    help="Maximum nesting depth shown by object reprs; None for no limit.")
+flax_always_shard_variable = bool_flag(
+    "flax_always_shard_variable", default=True,
+    help="Apply a variable's sharding annotation when it is created, even outside jit.")
+flax_hijax_variable = bool_flag(
+    "flax_hijax_variable", default=False,
+    help="Accepted for compatibility with Flax 0.12; flaxen ignores it.")

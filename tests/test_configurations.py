@@ -1,0 +1,176 @@
+"""Tests for flaxen.configurations: flag reads, updates, env overrides, helpers."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import flaxen
+from flaxen import configurations
+from flaxen.configurations import Config, config
+
+
+@pytest.fixture
+def fresh_config(monkeypatch):
+    """A private Config, so tests can define flags without touching the global one."""
+    cfg = Config()
+    monkeypatch.setattr(configurations, "config", cfg)
+    return cfg
+
+
+def test_package_root_exposes_the_same_config():
+    assert flaxen.config is config
+    assert flaxen.configurations.config is config
+
+
+def test_defaults_match_flax_012():
+    assert config.flax_return_frozendict is False
+    assert config.flax_fix_rng_separator is False
+    assert config.flax_use_orbax_checkpointing is True
+    assert config.flax_preserve_adopted_names is False
+    assert config.flax_profile is True
+    assert config.flax_filter_frames is True
+    assert config.flax_max_repr_depth is None
+    assert config.flax_always_shard_variable is True
+
+
+def test_update_and_holder_value():
+    holder = configurations.flax_return_frozendict
+    try:
+        config.update("flax_return_frozendict", True)
+        assert config.flax_return_frozendict is True
+        assert holder.value is True
+        config.update(holder, False)
+        assert config.flax_return_frozendict is False
+    finally:
+        config.update("flax_return_frozendict", False)
+
+
+def test_unknown_option_lists_known_ones():
+    with pytest.raises(LookupError, match="flax_return_frozendict") as info:
+        config.update("flax_retrun_frozendict", True)
+    assert "flax_retrun_frozendict" in str(info.value)
+    with pytest.raises(AttributeError, match="Known options: .*flax_profile"):
+        config.flax_no_such_flag  # noqa: B018
+
+
+def test_wrong_types_are_rejected():
+    with pytest.raises(TypeError, match="flax_profile.*bool"):
+        config.update("flax_profile", "yes")
+    with pytest.raises(TypeError, match="flax_max_repr_depth.*int"):
+        config.update("flax_max_repr_depth", 2.5)
+    with pytest.raises(TypeError):
+        config.update("flax_max_repr_depth", True)
+    assert config.flax_profile is True and config.flax_max_repr_depth is None
+
+
+def test_lenient_bool_values():
+    try:
+        config.update("flax_profile", 0)
+        assert config.flax_profile is False
+        config.update("flax_profile", np.bool_(True))
+        assert config.flax_profile is True
+    finally:
+        config.update("flax_profile", True)
+
+
+def test_int_flag_update():
+    try:
+        config.update("flax_max_repr_depth", 3)
+        assert config.flax_max_repr_depth == 3
+    finally:
+        config.update("flax_max_repr_depth", None)
+
+
+def test_assignment_is_refused():
+    with pytest.raises(AttributeError, match="update"):
+        config.flax_profile = False
+    assert config.flax_profile is True
+
+
+def test_temp_flip_flag_restores_even_on_error():
+    with config.temp_flip_flag("return_frozendict", True):
+        assert config.flax_return_frozendict is True
+    assert config.flax_return_frozendict is False
+    with pytest.raises(RuntimeError):
+        with config.temp_flip_flag("flax_profile", False):
+            assert config.flax_profile is False
+            raise RuntimeError("boom")
+    assert config.flax_profile is True
+    with pytest.raises(LookupError, match="nonexistent"):
+        with config.temp_flip_flag("nonexistent", True):
+            pass
+
+
+def test_flag_holder_refuses_bool():
+    with pytest.raises(TypeError, match=r"\.value"):
+        bool(configurations.flax_profile)
+
+
+def test_define_bool_state_and_env(fresh_config, monkeypatch):
+    monkeypatch.setenv("FLAX_TEST_FEATURE", "On")
+    holder = configurations.define_bool_state("test_feature", False, "a test flag")
+    assert holder.name == "flax_test_feature"
+    assert fresh_config.flax_test_feature is True and holder.value is True
+    fresh_config.update("flax_test_feature", False)
+    assert holder.value is False
+    with pytest.raises(ValueError, match="already defined"):
+        configurations.define_bool_state("test_feature", False, "again")
+
+
+def test_bool_flag_without_env_uses_default(fresh_config, monkeypatch):
+    monkeypatch.delenv("FLAX_OTHER", raising=False)
+    configurations.bool_flag("flax_other", default=True, help="h")
+    assert fresh_config.flax_other is True
+
+
+def test_int_flag_env(fresh_config, monkeypatch):
+    monkeypatch.setenv("FLAX_DEPTHY", "7")
+    configurations.int_flag("flax_depthy", default=None, help="h")
+    assert fresh_config.flax_depthy == 7
+    monkeypatch.setenv("FLAX_BAD_DEPTH", "seven")
+    with pytest.raises(ValueError, match="FLAX_BAD_DEPTH"):
+        configurations.int_flag("flax_bad_depth", default=None, help="h")
+
+
+@pytest.mark.parametrize("raw", ["y", "YES", "t", "True", "on", "1"])
+def test_static_bool_env_true(monkeypatch, raw):
+    monkeypatch.setenv("FLAXEN_T_VAR", raw)
+    assert configurations.static_bool_env("FLAXEN_T_VAR", False) is True
+
+
+@pytest.mark.parametrize("raw", ["n", "No", "f", "FALSE", "off", "0"])
+def test_static_bool_env_false(monkeypatch, raw):
+    monkeypatch.setenv("FLAXEN_T_VAR", raw)
+    assert configurations.static_bool_env("FLAXEN_T_VAR", True) is False
+
+
+def test_static_bool_env_unset_and_bad(monkeypatch):
+    monkeypatch.delenv("FLAXEN_T_VAR", raising=False)
+    assert configurations.static_bool_env("FLAXEN_T_VAR", True) is True
+    assert configurations.static_bool_env("FLAXEN_T_VAR", False) is False
+    monkeypatch.setenv("FLAXEN_T_VAR", "maybe")
+    with pytest.raises(ValueError, match="FLAXEN_T_VAR.*maybe|maybe.*FLAXEN_T_VAR"):
+        configurations.static_bool_env("FLAXEN_T_VAR", True)
+
+
+def _import_config_with_env(**env):
+    full = dict(os.environ, **env)
+    code = ("from flaxen import config; "
+            "print(config.flax_return_frozendict, config.flax_max_repr_depth)")
+    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
+                          text=True)
+
+
+def test_environment_overrides_at_import():
+    done = _import_config_with_env(FLAX_RETURN_FROZENDICT="true", FLAX_MAX_REPR_DEPTH="4")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "4"]
+
+
+def test_bad_environment_value_names_the_variable():
+    done = _import_config_with_env(FLAX_RETURN_FROZENDICT="sometimes")
+    assert done.returncode != 0
+    assert "ValueError" in done.stderr and "FLAX_RETURN_FROZENDICT" in done.stderr
