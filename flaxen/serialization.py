@@ -1,0 +1,281 @@
+"""Serialization of pytrees: state dicts and msgpack bytes compatible with Flax.
+
+Two layers:
+
+* **State dicts.** :func:`to_state_dict` turns a registered object (dict, list,
+  tuple, namedtuple, FrozenDict, struct dataclasses, ...) into nested dicts with
+  string keys; :func:`from_state_dict` rebuilds an object shaped like a target
+  from such a dict. New types join with :func:`register_serialization_state`.
+* **Bytes.** :func:`to_bytes` / :func:`from_bytes` pack a state dict with msgpack,
+  encoding arrays exactly the way Flax does, so bytes are interchangeable.
+
+>>> import numpy as np
+>>> from flaxen import serialization
+>>> target = {'w': np.zeros(2, np.float32), 'layers': [1, 2]}
+>>> data = serialization.to_bytes({'w': np.ones(2, np.float32), 'layers': [3, 4]})
+>>> restored = serialization.from_bytes(target, data)
+>>> restored['w'].tolist(), restored['layers']
+([1.0, 1.0], [3, 4])
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import jax
+
+from flaxen._msgpack_ext import (
+    MAX_CHUNK_SIZE,
+    msgpack_restore,
+    msgpack_serialize,
+)
+
+__all__ = [
+    "MAX_CHUNK_SIZE",
+    "current_path",
+    "from_bytes",
+    "from_state_dict",
+    "is_serializable",
+    "msgpack_restore",
+    "msgpack_serialize",
+    "register_serialization_state",
+    "to_bytes",
+    "to_state_dict",
+]
+
+
+class _ErrorContext(threading.local):
+    """Per-thread stack of the state-dict keys being restored, for error paths."""
+
+    def __init__(self) -> None:
+        self.path: list[str] = []
+
+
+_error_context = _ErrorContext()
+
+
+@contextmanager
+def _record_path(name: str) -> Iterator[None]:
+    _error_context.path.append(name)
+    try:
+        yield
+    finally:
+        _error_context.path.pop()
+
+
+def current_path() -> str:
+    """Returns the path of the state dict being restored, e.g. ``./params/Dense_0``.
+
+    Handlers registered with :func:`register_serialization_state` may call it
+    to name the failing location in their own errors.
+
+    >>> current_path()
+    ''
+    """
+    return "/".join(_error_context.path)
+
+
+def _slash_path() -> str:
+    # The user-facing form in our messages: `/params/Dense_0/kernel`, root `/`.
+    parts = _error_context.path[1:]
+    return "/" + "/".join(parts)
+
+
+class _NamedTuple:
+    """Registry key standing for every namedtuple class."""
+
+
+def _is_namedtuple(x: Any) -> bool:
+    return isinstance(x, tuple) and hasattr(type(x), "_fields")
+
+
+_STATE_DICT_REGISTRY: dict[Any, tuple[Callable[[Any], Any], Callable[[Any, Any], Any]]] = {}
+
+
+def _registry_key(x: Any) -> Any:
+    return _NamedTuple if _is_namedtuple(x) else type(x)
+
+
+def is_serializable(target: Any) -> bool:
+    """True if ``target``'s type has a state-dict handler registered.
+
+    >>> is_serializable({}), is_serializable(3)
+    (True, False)
+    """
+    return _registry_key(target) in _STATE_DICT_REGISTRY
+
+
+def register_serialization_state(
+    ty: type,
+    ty_to_state_dict: Callable[[Any], dict[str, Any]],
+    ty_from_state_dict: Callable[[Any, dict[str, Any]], Any],
+    override: bool = False,
+) -> None:
+    """Registers how to turn objects of type ``ty`` into state dicts and back.
+
+    ``ty_to_state_dict(obj)`` returns a dict with string keys;
+    ``ty_from_state_dict(target, state)`` returns a new object shaped like
+    ``target`` holding the data of ``state``. Registering a type twice raises
+    ``ValueError`` unless ``override=True``.
+
+    >>> class Box:
+    ...     def __init__(self, v): self.v = v
+    >>> register_serialization_state(
+    ...     Box, lambda b: {'v': to_state_dict(b.v)},
+    ...     lambda b, s: Box(from_state_dict(b.v, s['v'], name='v')))
+    >>> from_state_dict(Box(0), {'v': 5}).v
+    5
+    """
+    if ty in _STATE_DICT_REGISTRY and not override:
+        raise ValueError(
+            f'a serialization handler for "{ty.__name__}" is already registered. '
+            "Pass override=True to replace it."
+        )
+    _STATE_DICT_REGISTRY[ty] = (ty_to_state_dict, ty_from_state_dict)
+
+
+def to_state_dict(target: Any) -> dict[str, Any]:
+    """Returns a state dict (nested dicts with string keys) for ``target``.
+
+    Unregistered objects (arrays, numbers, None, ...) are returned unchanged.
+
+    >>> to_state_dict({'a': [1, (2, 3)], 0: None})
+    {'a': {'0': 1, '1': {'0': 2, '1': 3}}, '0': None}
+    """
+    handlers = _STATE_DICT_REGISTRY.get(_registry_key(target))
+    if handlers is None:
+        return target
+    return handlers[0](target)
+
+
+def from_state_dict(target: Any, state: dict[str, Any], name: str = ".") -> Any:
+    """Returns a copy of ``target`` with its data taken from the state dict ``state``.
+
+    ``name`` is the key under which ``state`` sits in its parent; handlers use
+    it so that errors name the full failing path (e.g. ``/params/Dense_0``).
+
+    >>> from_state_dict({'a': 1, 'b': [0, 0]}, {'a': 2, 'b': {'0': 3, '1': 4}})
+    {'a': 2, 'b': [3, 4]}
+    """
+    handlers = _STATE_DICT_REGISTRY.get(_registry_key(target))
+    if handlers is None:
+        return state
+    with _record_path(name):
+        return handlers[1](target, state)
+
+
+def _check_mapping(state: Any, kind: str) -> None:
+    if not isinstance(state, dict):
+        raise ValueError(
+            f"Cannot restore a {kind} at path {_slash_path()}: the target has a {kind} there but "
+            f"the state holds {type(state).__name__} {_short(state)}. The saved data has a "
+            "different structure than the target; restore into a target built like the saved tree."
+        )
+
+
+def _short(x: Any) -> str:
+    text = repr(x)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _dict_state_dict(xs: dict[Any, Any]) -> dict[str, Any]:
+    return {str(key): to_state_dict(value) for key, value in xs.items()}
+
+
+def _restore_dict(xs: dict[Any, Any], states: dict[str, Any]) -> dict[Any, Any]:
+    _check_mapping(states, "dict")
+    missing = [key for key in xs if str(key) not in states]
+    if missing:
+        raise ValueError(
+            "The target dict keys and state dict keys do not match, target dict contains keys "
+            f"{set(map(str, missing))} which are not present in state dict at path "
+            f"{_slash_path()} (state has keys {sorted(map(str, states))}). Restore into a target "
+            "with the same keys as the saved tree."
+        )
+    return {key: from_state_dict(value, states[str(key)], name=str(key)) for key, value in xs.items()}
+
+
+def _list_state_dict(xs: list[Any] | tuple[Any, ...]) -> dict[str, Any]:
+    return {str(i): to_state_dict(x) for i, x in enumerate(xs)}
+
+
+def _restore_list(xs: list[Any], state_dict: dict[str, Any]) -> list[Any]:
+    _check_mapping(state_dict, "list")
+    if len(state_dict) != len(xs):
+        raise ValueError(
+            "The size of the list and the state dict do not match, got "
+            f"{len(xs)} and {len(state_dict)} at path {_slash_path()}. The target list must have "
+            "as many entries as the saved one."
+        )
+    out = []
+    for i, x in enumerate(xs):
+        key = str(i)
+        if key not in state_dict:
+            raise ValueError(
+                f"The state dict for the list at path {_slash_path()} has no entry {key!r} "
+                f"(keys: {sorted(state_dict)}). Lists are saved with keys '0', '1', ...; the saved "
+                "data has another structure."
+            )
+        out.append(from_state_dict(x, state_dict[key], name=key))
+    return out
+
+
+def _restore_tuple(xs: tuple[Any, ...], state_dict: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(_restore_list(list(xs), state_dict))
+
+
+def _namedtuple_state_dict(nt: Any) -> dict[str, Any]:
+    return {key: to_state_dict(getattr(nt, key)) for key in nt._fields}
+
+
+def _restore_namedtuple(xs: Any, state_dict: dict[str, Any]) -> Any:
+    _check_mapping(state_dict, "namedtuple")
+    if set(state_dict) != set(xs._fields):
+        raise ValueError(
+            "The field names of the state dict and the named tuple do not match, got "
+            f"{set(state_dict)} and {set(xs._fields)} at path {_slash_path()}. Restore into "
+            f"a {type(xs).__name__} with the saved fields."
+        )
+    fields = {k: from_state_dict(getattr(xs, k), v, name=k) for k, v in state_dict.items()}
+    return type(xs)(**fields)
+
+
+def _partial_state_dict(p: jax.tree_util.Partial) -> dict[str, Any]:
+    return {"args": to_state_dict(p.args), "keywords": to_state_dict(p.keywords)}
+
+
+def _restore_partial(p: jax.tree_util.Partial, state: dict[str, Any]) -> jax.tree_util.Partial:
+    _check_mapping(state, "jax.tree_util.Partial")
+    args = from_state_dict(p.args, state["args"], name="args")
+    keywords = from_state_dict(p.keywords, state["keywords"], name="keywords")
+    return jax.tree_util.Partial(p.func, *args, **keywords)
+
+
+register_serialization_state(dict, _dict_state_dict, _restore_dict)
+register_serialization_state(list, _list_state_dict, _restore_list)
+register_serialization_state(tuple, _list_state_dict, _restore_tuple)
+register_serialization_state(_NamedTuple, _namedtuple_state_dict, _restore_namedtuple)
+register_serialization_state(jax.tree_util.Partial, _partial_state_dict, _restore_partial)
+
+
+def to_bytes(target: Any) -> bytes:
+    """Serializes ``target`` (any registered pytree) to msgpack bytes, Flax-compatible.
+
+    >>> from_bytes([0], to_bytes([7]))
+    [7]
+    """
+    return msgpack_serialize(to_state_dict(target), in_place=True)
+
+
+def from_bytes(target: Any, encoded_bytes: bytes) -> Any:
+    """Restores bytes from :func:`to_bytes` into an object shaped like ``target``.
+
+    Arrays come back as numpy arrays. Malformed bytes raise ``ValueError``.
+
+    >>> from_bytes({'a': 0}, to_bytes({'a': 1}))
+    {'a': 1}
+    """
+    return from_state_dict(target, msgpack_restore(encoded_bytes))
