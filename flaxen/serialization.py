@@ -27,11 +27,11 @@ from typing import Any
 
 import jax
 
-from flaxen._msgpack_ext import (
-    MAX_CHUNK_SIZE,
-    msgpack_restore,
-    msgpack_serialize,
-)
+from flaxen import _msgpack_ext
+
+# Arrays larger than this many bytes are split into chunks when packed, since one
+# msgpack object cannot exceed 4 GiB. Same value as Flax, so bytes match.
+MAX_CHUNK_SIZE = 2**30
 
 __all__ = [
     "MAX_CHUNK_SIZE",
@@ -78,9 +78,11 @@ def current_path() -> str:
     return "/".join(_error_context.path)
 
 
-def _slash_path() -> str:
+def _display_path() -> str:
     # The user-facing form in our messages: `/params/Dense_0/kernel`, root `/`.
-    parts = _error_context.path[1:]
+    parts = _error_context.path
+    if parts and parts[0] == ".":
+        parts = parts[1:]
     return "/" + "/".join(parts)
 
 
@@ -170,7 +172,7 @@ def from_state_dict(target: Any, state: dict[str, Any], name: str = ".") -> Any:
 def _check_mapping(state: Any, kind: str) -> None:
     if not isinstance(state, dict):
         raise ValueError(
-            f"Cannot restore a {kind} at path {_slash_path()}: the target has a {kind} there but "
+            f"Cannot restore a {kind} at path {_display_path()}: the target has a {kind} there but "
             f"the state holds {type(state).__name__} {_short(state)}. The saved data has a "
             "different structure than the target; restore into a target built like the saved tree."
         )
@@ -192,7 +194,7 @@ def _restore_dict(xs: dict[Any, Any], states: dict[str, Any]) -> dict[Any, Any]:
         raise ValueError(
             "The target dict keys and state dict keys do not match, target dict contains keys "
             f"{set(map(str, missing))} which are not present in state dict at path "
-            f"{_slash_path()} (state has keys {sorted(map(str, states))}). Restore into a target "
+            f"{_display_path()} (state has keys {sorted(map(str, states))}). Restore into a target "
             "with the same keys as the saved tree."
         )
     return {key: from_state_dict(value, states[str(key)], name=str(key)) for key, value in xs.items()}
@@ -207,7 +209,7 @@ def _restore_list(xs: list[Any], state_dict: dict[str, Any]) -> list[Any]:
     if len(state_dict) != len(xs):
         raise ValueError(
             "The size of the list and the state dict do not match, got "
-            f"{len(xs)} and {len(state_dict)} at path {_slash_path()}. The target list must have "
+            f"{len(xs)} and {len(state_dict)} at path {_display_path()}. The target list must have "
             "as many entries as the saved one."
         )
     out = []
@@ -215,7 +217,7 @@ def _restore_list(xs: list[Any], state_dict: dict[str, Any]) -> list[Any]:
         key = str(i)
         if key not in state_dict:
             raise ValueError(
-                f"The state dict for the list at path {_slash_path()} has no entry {key!r} "
+                f"The state dict for the list at path {_display_path()} has no entry {key!r} "
                 f"(keys: {sorted(state_dict)}). Lists are saved with keys '0', '1', ...; the saved "
                 "data has another structure."
             )
@@ -236,7 +238,7 @@ def _restore_namedtuple(xs: Any, state_dict: dict[str, Any]) -> Any:
     if set(state_dict) != set(xs._fields):
         raise ValueError(
             "The field names of the state dict and the named tuple do not match, got "
-            f"{set(state_dict)} and {set(xs._fields)} at path {_slash_path()}. Restore into "
+            f"{set(state_dict)} and {set(xs._fields)} at path {_display_path()}. Restore into "
             f"a {type(xs).__name__} with the saved fields."
         )
     fields = {k: from_state_dict(getattr(xs, k), v, name=k) for k, v in state_dict.items()}
@@ -259,6 +261,34 @@ register_serialization_state(list, _list_state_dict, _restore_list)
 register_serialization_state(tuple, _list_state_dict, _restore_tuple)
 register_serialization_state(_NamedTuple, _namedtuple_state_dict, _restore_namedtuple)
 register_serialization_state(jax.tree_util.Partial, _partial_state_dict, _restore_partial)
+
+
+def msgpack_serialize(pytree: Any, in_place: bool = False) -> bytes:
+    """Packs a state dict (nested dicts/lists of arrays, numbers, str, ...) into msgpack bytes.
+
+    Arrays of every numeric dtype (bfloat16 and float8 included), numpy scalars
+    and complex numbers are supported; arrays above ``MAX_CHUNK_SIZE`` bytes are
+    chunked. With ``in_place=False`` dict keys are written in sorted order (like
+    Flax, which copies the tree with ``jax.tree_util`` first); with ``True`` in
+    insertion order. The input is never modified.
+
+    >>> import numpy as np
+    >>> msgpack_restore(msgpack_serialize({'x': np.arange(3)}))['x'].tolist()
+    [0, 1, 2]
+    """
+    return _msgpack_ext.encode(pytree, MAX_CHUNK_SIZE, sort_keys=not in_place)
+
+
+def msgpack_restore(encoded_pytree: bytes) -> Any:
+    """Unpacks bytes from :func:`msgpack_serialize` into nested dicts with numpy arrays.
+
+    Never executes code from the data. Truncated or corrupted input raises
+    ``ValueError`` saying what is wrong.
+
+    >>> msgpack_restore(msgpack_serialize({'a': [1, 2.5, None]}))
+    {'a': [1, 2.5, None]}
+    """
+    return _msgpack_ext.decode(encoded_pytree)
 
 
 def to_bytes(target: Any) -> bytes:
