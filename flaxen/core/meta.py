@@ -1,0 +1,313 @@
+"""Axis metadata boxes: values that carry per-axis information (e.g. sharding names).
+
+A variable may be stored boxed, e.g. ``Partitioned(value, names=('embed', 'mlp'))``. Module
+code sees the raw value (``scope.param`` unboxes); lifted transforms that add or remove an
+axis (``vmap``/``scan`` over variables) call ``add_axis``/``remove_axis`` on every box so the
+metadata follows the value's shape. Boxes are pytrees whose only child is the value.
+
+>>> import jax.numpy as jnp
+>>> box = Partitioned(jnp.ones((2, 3)), ('embed', 'mlp'))
+>>> unbox({'w': box})['w'].shape
+(2, 3)
+>>> box.add_axis(0, {PARTITION_NAME: 'layers'}).names
+('layers', 'embed', 'mlp')
+>>> get_partition_spec({'w': box})
+{'w': P('embed', 'mlp')}
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from flaxen import errors
+
+A = TypeVar("A")
+B = TypeVar("B")
+TAxisMetadata = TypeVar("TAxisMetadata", bound="AxisMetadata[Any]")
+LogicalNames = tuple[str | None, ...]
+
+PARTITION_NAME = "partition_name"
+
+
+class AxisMetadata(Generic[A], metaclass=abc.ABCMeta):
+    """Abstract base of metadata boxes.
+
+    A subclass defines ``unbox()`` (the raw value), ``replace_boxed(val)`` (the same
+    metadata around a new value), and ``add_axis``/``remove_axis(index, params)``, which
+    lifted transforms call when they stack or unstack the value along ``index``;
+    ``params`` is the transform's ``metadata_params`` dict. Subclasses must be pytrees.
+    """
+
+    @abc.abstractmethod
+    def unbox(self) -> A:
+        """The raw value inside the box."""
+
+    @abc.abstractmethod
+    def replace_boxed(self: TAxisMetadata, val: B) -> TAxisMetadata:
+        """A box with the same metadata around ``val``."""
+
+    @abc.abstractmethod
+    def add_axis(self: TAxisMetadata, index: int, params: dict[Any, Any]) -> TAxisMetadata:
+        """The metadata after a transform inserted an axis at ``index``."""
+
+    @abc.abstractmethod
+    def remove_axis(self: TAxisMetadata, index: int, params: dict[Any, Any]) -> TAxisMetadata:
+        """The metadata after a transform removed the axis at ``index``."""
+
+
+def is_axis_metadata(val: Any) -> bool:
+    """Whether ``val`` is a metadata box."""
+    return isinstance(val, AxisMetadata)
+
+
+def map_axis_meta(fn: Callable[[AxisMetadata[Any]], Any], tree: Any) -> Any:
+    """Applies ``fn`` to every box in ``tree``; other leaves are kept."""
+
+    def update(x: Any) -> Any:
+        return fn(x) if isinstance(x, AxisMetadata) else x
+
+    return jax.tree_util.tree_map(update, tree, is_leaf=is_axis_metadata)
+
+
+def add_axis(tree: Any, index: int, params: dict[Any, Any]) -> Any:
+    """Calls ``add_axis(index, params)`` on every box in ``tree``."""
+    return map_axis_meta(lambda x: x.add_axis(index, params), tree)
+
+
+def remove_axis(tree: Any, index: int, params: dict[Any, Any]) -> Any:
+    """Calls ``remove_axis(index, params)`` on every box in ``tree``."""
+    return map_axis_meta(lambda x: x.remove_axis(index, params), tree)
+
+
+def _has_box(tree: Any) -> bool:
+    if isinstance(tree, AxisMetadata):
+        return True
+    if isinstance(tree, dict):
+        return any(_has_box(v) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return any(_has_box(v) for v in tree)
+    if hasattr(tree, "shape") or isinstance(tree, (int, float, complex, bool, str)) or tree is None:
+        return False
+    return True  # unknown container: let the tree map decide
+
+
+def unbox(tree: Any) -> Any:
+    """Replaces every box in ``tree`` by its raw value.
+
+    >>> import jax.numpy as jnp
+    >>> unbox(Partitioned(jnp.zeros(2), ('data',))).shape
+    (2,)
+    """
+    if not _has_box(tree):
+        return tree
+    return map_axis_meta(lambda x: x.unbox(), tree)
+
+
+def replace_boxed(tree: Any, updates: Any) -> Any:
+    """Puts the raw values of ``updates`` into the boxes of ``tree``.
+
+    Where ``tree`` has a box, the result keeps the box around the matching update; other
+    leaves of the result come from ``updates``.
+    """
+
+    def inner(x: Any, update: Any) -> Any:
+        if isinstance(x, AxisMetadata):
+            return x.replace_boxed(update)
+        return update
+
+    return jax.tree_util.tree_map(inner, tree, updates, is_leaf=is_axis_metadata)
+
+
+def _global_mesh() -> Any:
+    try:
+        from jax.sharding import get_abstract_mesh
+
+        mesh = get_abstract_mesh()
+        if mesh is not None and not getattr(mesh, "empty", True):
+            return mesh
+    except ImportError:  # pragma: no cover - older JAX
+        pass
+    try:
+        from jax.interpreters import pxla
+
+        mesh = pxla.thread_resources.env.physical_mesh
+        if not mesh.empty:
+            return mesh
+    except (ImportError, AttributeError):  # pragma: no cover
+        pass
+    return None
+
+
+def get_global_mesh() -> Any:
+    """The mesh of an enclosing ``with mesh:`` / ``jax.sharding.use_mesh``, or None."""
+    return _global_mesh()
+
+
+def global_mesh_defined() -> bool:
+    return _global_mesh() is not None
+
+
+def _pytree_node(field: dataclasses.Field) -> bool:
+    return field.metadata.get("pytree_node", True)
+
+
+def _register_box(cls: type) -> type:
+    """Makes ``cls`` a frozen dataclass and a pytree (children: its pytree_node fields)."""
+    if "__dataclass_fields__" not in cls.__dict__:
+        cls = dataclasses.dataclass(frozen=True)(cls)
+    fields = dataclasses.fields(cls)
+    data = tuple(f.name for f in fields if _pytree_node(f))
+    meta_names = tuple(f.name for f in fields if not _pytree_node(f))
+
+    def flatten_with_keys(x):
+        children = tuple((jax.tree_util.GetAttrKey(n), getattr(x, n)) for n in data)
+        return children, tuple(getattr(x, n) for n in meta_names)
+
+    def flatten(x):
+        return tuple(getattr(x, n) for n in data), tuple(getattr(x, n) for n in meta_names)
+
+    def unflatten(aux, children):
+        obj = object.__new__(cls)
+        for n, v in zip(data, children):
+            object.__setattr__(obj, n, v)
+        for n, v in zip(meta_names, aux):
+            object.__setattr__(obj, n, v)
+        return obj
+
+    jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+    return cls
+
+
+class Partitioned(AxisMetadata[A]):
+    """A value with one sharding name per axis (``None`` = not sharded along that axis).
+
+    ``unbox()`` applies a sharding constraint when a mesh is known (``mesh`` or an
+    enclosing global mesh). Subclasses (e.g. ``LogicallyPartitioned``) are turned into
+    frozen dataclasses and registered as pytrees automatically; mark metadata fields with
+    ``dataclasses.field(metadata={'pytree_node': False})`` (or ``struct.field``).
+
+    >>> import jax.numpy as jnp
+    >>> Partitioned(jnp.zeros((4, 2)), ('batch', None)).get_partition_spec()
+    P('batch', None)
+    """
+
+    value: Any
+    names: LogicalNames = dataclasses.field(metadata={"pytree_node": False})
+    mesh: Any = dataclasses.field(default=None, metadata={"pytree_node": False})
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Registration must wait for the class body; dataclass() accepts the finished
+        # class object, so do it right here (the class is complete by now).
+        _register_box(cls)
+
+    def replace(self, **updates: Any) -> Partitioned[A]:
+        """A copy with some fields replaced."""
+        return dataclasses.replace(self, **updates)
+
+    def unbox(self, apply_constraint: bool = True) -> A:
+        if apply_constraint and (self.mesh is not None or global_mesh_defined()):
+            sharding = self.get_sharding(self.mesh) if self.mesh is not None else (
+                self.get_partition_spec())
+            return jax.lax.with_sharding_constraint(self.value, sharding)
+        return self.value
+
+    def replace_boxed(self, val: B) -> Partitioned[B]:
+        return self.replace(value=val)
+
+    def _axis_name(self, params: dict[Any, Any]) -> Any:
+        if PARTITION_NAME not in params:
+            raise errors.PartitioningUnspecifiedError(self)
+        return params[PARTITION_NAME]
+
+    def add_axis(self, index: int, params: dict[Any, Any]) -> Partitioned[A]:
+        axis_name = self._axis_name(params)
+        names = list(self.names)
+        while len(names) < index:
+            names.append(None)
+        names.insert(index, axis_name)
+        return self.replace(names=tuple(names))
+
+    def remove_axis(self, index: int, params: dict[Any, Any]) -> Partitioned[A]:
+        axis_name = self._axis_name(params)
+        names = list(self.names)
+        if names[index] != axis_name:
+            raise ValueError(
+                f"remove_axis({index}) expected axis name {axis_name!r} at position {index} "
+                f"of {tuple(names)}, found {names[index]!r}. The metadata_params of the "
+                "transform must match the ones used when the axis was added."
+            )
+        names.pop(index)
+        return self.replace(names=tuple(names))
+
+    def get_partition_spec(self) -> PartitionSpec:
+        """``PartitionSpec(*names)``."""
+        return PartitionSpec(*self.names)
+
+    def get_sharding(self, mesh: Any) -> jax.sharding.Sharding:
+        """``NamedSharding(mesh, self.get_partition_spec())``."""
+        return NamedSharding(mesh, self.get_partition_spec())
+
+    def to_nnx_metadata(self) -> dict[str, Any]:
+        return {"sharding_names": self.names, "mesh": self.mesh}
+
+    @classmethod
+    def from_nnx_metadata(cls, metadata: dict[str, Any]) -> Partitioned[Any]:
+        return cls(metadata["value"], metadata.get("sharding_names", ()),
+                   metadata.get("mesh"))
+
+
+Partitioned = _register_box(Partitioned)
+
+
+def with_partitioning(
+    fn: Callable[..., Any],
+    names: LogicalNames,
+    mesh: Any = None,
+) -> Callable[..., Partitioned[Any]]:
+    """Wraps initializer ``fn`` so that its result is boxed as ``Partitioned(value, names)``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> init = with_partitioning(jax.nn.initializers.zeros, (None, 'model'))
+    >>> init(jax.random.PRNGKey(0), (2, 3)).names
+    (None, 'model')
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Partitioned[Any]:
+        return Partitioned(fn(*args, **kwargs), names, mesh=mesh)
+
+    return wrapper
+
+
+def get_partition_spec(tree: Any) -> Any:
+    """Maps boxes to their ``PartitionSpec``, other arrays to ``PartitionSpec()``."""
+
+    def f(x: Any) -> Any:
+        if isinstance(x, Partitioned):
+            return x.get_partition_spec()
+        if hasattr(x, "shape"):
+            return PartitionSpec()
+        return None
+
+    return jax.tree_util.tree_map(f, tree, is_leaf=lambda x: isinstance(x, Partitioned))
+
+
+def get_sharding(tree: Any, mesh: Any) -> Any:
+    """Maps every leaf to ``NamedSharding(mesh, spec)`` using :func:`get_partition_spec`."""
+
+    def f(x: Any) -> Any:
+        if isinstance(x, Partitioned):
+            return x.get_sharding(mesh)
+        if hasattr(x, "shape"):
+            return NamedSharding(mesh, PartitionSpec())
+        return None
+
+    return jax.tree_util.tree_map(f, tree, is_leaf=lambda x: isinstance(x, Partitioned))
