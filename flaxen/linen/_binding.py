@@ -1,0 +1,221 @@
+"""Binding Modules to variables: ``clone``, ``bind``/``unbind`` and the init/apply functions.
+
+``init`` and ``apply`` never touch the Module they are called on: they clone it onto a
+fresh root Scope that holds the variables and RNG streams, call the requested method on the
+clone, and drop the clone when the call returns. ``bind`` does the same but returns the
+clone for interactive use.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from flaxen import errors
+from flaxen.core import scope as core_scope
+from flaxen.core.scope import DenyList, union_filters
+from flaxen.linen._naming import try_setup
+from flaxen.linen._state import ModuleBase, context, hooks
+
+INIT_MUTABLE = DenyList("intermediates")
+
+
+# --- cloning -----------------------------------------------------------------------------
+
+
+def clone(module: Any, parent: Any = None, deep: Any = False, reset_names: bool = False,
+          updates: dict | None = None) -> Any:
+    """A new instance with the same fields (and ``updates``), attached to ``parent``."""
+    cls = type(module)
+    d = module.__dict__
+    attrs = {f: d[f] for f in cls._flaxen_fields if f in d}
+    if deep is not False:
+        cache = deep if isinstance(deep, dict) else {}
+        attrs = {k: _deep_clone_value(v, cache, reset_names) for k, v in attrs.items()}
+    attrs["name"] = d["name"]
+    if updates:
+        attrs.update(updates)
+    attrs["parent"] = parent
+    return cls(**attrs)
+
+
+def _deep_clone_value(v: Any, cache: dict, reset_names: bool) -> Any:
+    if isinstance(v, ModuleBase):
+        hit = cache.get(id(v))
+        if hit is None:
+            updates = {"name": None} if reset_names else None
+            hit = clone(v, None, cache, reset_names, updates)
+            cache[id(v)] = hit
+        return hit
+    t = type(v)
+    if t is list or t is tuple:
+        return t(_deep_clone_value(x, cache, reset_names) for x in v)
+    if isinstance(v, Mapping):
+        return type(v)({k: _deep_clone_value(x, cache, reset_names) for k, x in v.items()})
+    return v
+
+
+# --- method resolution ---------------------------------------------------------------------
+
+
+def check_instance(module: Any) -> None:
+    if not isinstance(module, ModuleBase):
+        raise errors.InvalidInstanceModuleError()
+
+
+def _takes_an_argument(fn: Callable) -> bool:
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        return code.co_argcount > 0 or bool(code.co_flags & inspect.CO_VARARGS)
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True  # builtins and C callables: let the call itself complain
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+               for p in params)
+
+
+def resolve_method(module: Any, method: Any) -> Callable[..., Any]:
+    """``method=`` of init/apply as a function ``fn(module, *args, **kwargs)``."""
+    if method is None:
+        return type(module).__call__
+    if isinstance(method, str):
+        attr = getattr(module, method)  # missing -> the Module's AttributeError
+        if not callable(attr):
+            raise errors.ApplyModuleInvalidMethodError(method)
+        method = attr
+    if inspect.ismethod(method):
+        method = method.__func__
+    if not callable(method) or not _takes_an_argument(method):
+        raise errors.ApplyModuleInvalidMethodError(method)
+    return method
+
+
+def capture_filter(capture_intermediates: Any) -> Callable[[Any, str], bool] | None:
+    if capture_intermediates is True:
+        return _capture_call
+    if capture_intermediates is False or capture_intermediates is None:
+        return None
+    if not callable(capture_intermediates):
+        raise TypeError(
+            "capture_intermediates must be a bool or a function "
+            f"fn(module, method_name) -> bool, got {capture_intermediates!r}."
+        )
+    return capture_intermediates
+
+
+def _capture_call(module: Any, method_name: str) -> bool:
+    return method_name == "__call__"
+
+
+# --- init / apply ----------------------------------------------------------------------
+
+
+def _scope_fn(fn: Callable, module: Any, keep: Any) -> Callable[..., Any]:
+    if keep is None:
+        def scope_fn(scope: Any, *args: Any, **kwargs: Any) -> Any:
+            if context.capture_stack:  # shadow an outer apply's capture filter
+                return _with_capture(fn, clone(module, scope), None, args, kwargs)
+            return fn(clone(module, scope), *args, **kwargs)
+    else:
+        def scope_fn(scope: Any, *args: Any, **kwargs: Any) -> Any:
+            return _with_capture(fn, clone(module, scope), keep, args, kwargs)
+    return scope_fn
+
+
+def _with_capture(fn: Callable, bound: Any, keep: Any, args: tuple, kwargs: dict) -> Any:
+    stack = context.capture_stack
+    stack.append(keep)
+    if keep is not None:
+        hooks.capture_depth += 1
+        hooks.refresh()
+    try:
+        return fn(bound, *args, **kwargs)
+    finally:
+        stack.pop()
+        if keep is not None:
+            hooks.capture_depth -= 1
+            hooks.refresh()
+
+
+def apply(fn: Callable[..., Any], module: Any, mutable: Any = False,
+          capture_intermediates: Any = False) -> Callable[..., Any]:
+    """``(variables, *args, rngs=None, **kwargs) -> fn(bound_clone, *args, **kwargs)``.
+
+    With anything mutable the result is ``(output, mutated_collections)``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> import flaxen.linen as nn
+    >>> class Scale(nn.Module):
+    ...     @nn.compact
+    ...     def __call__(self, x):
+    ...         return x * self.param('s', nn.initializers.ones, ())
+    >>> variables = Scale().init(jax.random.PRNGKey(0), 1.0)
+    >>> float(nn.apply(lambda m, x: m(x) + 1, Scale())(variables, 2.0))
+    3.0
+    """
+    check_instance(module)
+    keep = capture_filter(capture_intermediates)
+    if keep is not None:
+        mutable = union_filters(mutable, "intermediates")
+    return core_scope.apply(_scope_fn(fn, module, keep), mutable=mutable)
+
+
+def init_with_output(fn: Callable[..., Any], module: Any, mutable: Any = INIT_MUTABLE,
+                     capture_intermediates: Any = False) -> Callable[..., Any]:
+    """``(rngs, *args, **kwargs) -> (fn(bound_clone, *args, **kwargs), variables)``.
+
+    ``rngs`` is a PRNG key (the ``'params'`` stream) or a dict of named keys.
+    """
+    check_instance(module)
+    keep = capture_filter(capture_intermediates)
+    if keep is not None:
+        mutable = union_filters(mutable, "intermediates")
+    return core_scope.init(_scope_fn(fn, module, keep), mutable=mutable)
+
+
+def init(fn: Callable[..., Any], module: Any, mutable: Any = INIT_MUTABLE,
+         capture_intermediates: Any = False) -> Callable[..., Any]:
+    """``(rngs, *args, **kwargs) -> variables``: like :func:`init_with_output`, no output.
+
+    >>> import jax, jax.numpy as jnp
+    >>> import flaxen.linen as nn
+    >>> class Scale(nn.Module):
+    ...     @nn.compact
+    ...     def __call__(self, x):
+    ...         return x * self.param('s', nn.initializers.ones, ())
+    >>> variables = nn.init(lambda m, x: m(x), Scale())(jax.random.PRNGKey(0), 1.0)
+    >>> list(variables['params'])
+    ['s']
+    """
+    wrapped = init_with_output(fn, module, mutable, capture_intermediates)
+
+    def init_fn(rngs: Any, *args: Any, **kwargs: Any) -> Any:
+        return wrapped(rngs, *args, **kwargs)[1]
+
+    return init_fn
+
+
+def lazy_init(fn: Callable[..., Any], module: Any, mutable: Any = INIT_MUTABLE
+              ) -> Callable[..., Any]:
+    """Like :func:`init`, but inputs may be ``jax.ShapeDtypeStruct`` (nothing computed)."""
+    check_instance(module)
+    return core_scope.lazy_init(_scope_fn(fn, module, None), mutable=mutable)
+
+
+def bind(module: Any, variables: Any, rngs: Any = None, mutable: Any = False) -> Any:
+    check_instance(module)
+    if rngs is not None and not isinstance(rngs, Mapping):
+        rngs = {"params": rngs}
+    scope = core_scope.bind(variables, rngs=rngs, mutable=mutable)
+    bound = clone(module, scope)
+    try_setup(bound, shallow=True)
+    return bound
+
+
+def unbind(module: Any) -> tuple[Any, Any]:
+    if module.scope is None:
+        raise errors.CallUnbindOnUnboundModuleError()
+    unbound = clone(module, None, deep=True, reset_names=True, updates={"name": None})
+    return unbound, module.variables

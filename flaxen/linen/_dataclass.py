@@ -1,0 +1,151 @@
+"""The dataclass transform applied to every Module subclass.
+
+``class Foo(nn.Module)`` becomes a dataclass whose annotated attributes are constructor
+arguments, with the reserved fields ``parent`` and ``name`` keyword-only and last. Equality
+and hashing compare the fields (as Flax: ``unsafe_hash`` unless the class defines
+``__hash__``); ``repr`` is the Module's own. ``class Foo(nn.Module, kw_only=True)`` makes
+Foo's own fields keyword-only (not inherited by subclasses).
+
+The constructor is generated here rather than by ``dataclasses``: it writes the fields
+straight into the instance ``__dict__``, so constructing a Module does not pay for the
+frozen-module ``__setattr__`` once per field. Methods are wrapped (see
+``_interception.wrap_method``) so that calling them on a bound Module runs ``setup`` first
+and tracks the compact method.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+from flaxen import errors
+from flaxen.linen._interception import wrap_descriptor, wrap_method, wrap_setup
+
+_RESERVED = ("parent", "name")
+_MISSING = dataclasses.MISSING
+
+
+def _check_annotations(cls: type) -> None:
+    annotations = cls.__dict__.get("__annotations__", {})
+    if any(k in annotations for k in _RESERVED):
+        raise errors.ReservedModuleAttributeError(annotations)
+
+
+def _compact_method_names(cls: type) -> list[str]:
+    names = []
+    seen = set()
+    for klass in cls.__mro__:
+        for attr, value in klass.__dict__.items():
+            if attr in seen:
+                continue
+            seen.add(attr)
+            if getattr(value, "compact", False) is True and callable(value):
+                names.append(attr)
+    return names
+
+
+def _generate_init(cls: type, fields: list[dataclasses.Field]) -> Any:
+    """An ``__init__`` equivalent to the dataclass one, writing to ``__dict__`` directly."""
+    globs: dict[str, Any] = {"_MISSING": _MISSING}
+    positional, keyword, body = [], [], []
+    for f in fields:
+        dflt = f"_dflt_{f.name}"
+        if f.init:
+            if f.default is not _MISSING:
+                globs[dflt] = f.default
+                param = f"{f.name}={dflt}"
+                value = f.name
+            elif f.default_factory is not _MISSING:
+                globs[dflt] = f.default_factory
+                param = f"{f.name}=_MISSING"
+                value = f"{dflt}() if {f.name} is _MISSING else {f.name}"
+            else:
+                param = f.name
+                value = f.name
+            (keyword if f.kw_only else positional).append(param)
+        elif f.default is not _MISSING:
+            globs[dflt] = f.default
+            value = dflt
+        elif f.default_factory is not _MISSING:
+            globs[dflt] = f.default_factory
+            value = f"{dflt}()"
+        else:
+            continue
+        body.append(f"    _d[{f.name!r}] = {value}")
+    params = ["self", *positional]
+    if keyword:
+        params += ["*", *keyword]
+    check = ""
+    if cls.__post_init__ is not _module_post_init[0]:
+        globs["_post_init_error"] = errors.IncorrectPostInitOverrideError
+        check = "    if '_state' not in _d:\n        raise _post_init_error()\n"
+    src = (
+        f"def __init__({', '.join(params)}):\n"
+        "    _d = self.__dict__\n"
+        + "\n".join(body) + "\n"
+        "    self.__post_init__()\n"
+        + check
+    )
+    exec(src, globs)  # noqa: S102 - generated from the class's own field list
+    init = globs["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    return init
+
+
+# Set by _module.py once Module exists: (Module.__post_init__,).
+_module_post_init: list[Any] = [None]
+
+
+def make_dataclass(cls: type, kw_only: bool = False) -> None:
+    """Turns ``cls`` into a dataclass with the Module conventions, in place."""
+    own_setattr = cls.__dict__.get("__setattr__")
+    dataclasses.dataclass(
+        cls,
+        eq=True,
+        repr=False,
+        unsafe_hash="__hash__" not in cls.__dict__,
+        kw_only=kw_only,
+    )
+    if own_setattr is not None:
+        cls.__setattr__ = own_setattr
+    fields = list(cls.__dataclass_fields__.values())
+    has_initvar = any(f._field_type is dataclasses._FIELD_INITVAR for f in fields)
+    if not has_initvar:  # InitVars need dataclasses' own __init__ (rare)
+        init_fields = [f for f in fields if f._field_type is dataclasses._FIELD]
+        cls.__init__ = _generate_init(cls, init_fields)
+    cls._flaxen_fields = tuple(
+        f.name for f in fields
+        if f.init and f.name not in _RESERVED and f._field_type is dataclasses._FIELD
+    )
+
+
+def transform_subclass(cls: type, kw_only: bool, base_names: frozenset) -> None:
+    """The whole ``__init_subclass__`` work: checks, dataclass, method wrapping."""
+    _check_annotations(cls)
+    if len(_compact_method_names(cls)) > 1:
+        raise errors.MultipleMethodsCompactError()
+    make_dataclass(cls, kw_only=kw_only)
+    for attr, value in list(cls.__dict__.items()):
+        if attr == "setup":
+            if inspect.isfunction(value) and not getattr(value, "_flaxen_wrapped", False):
+                setattr(cls, attr, wrap_setup(value))
+            continue
+        if attr.startswith("__") and attr != "__call__":
+            continue
+        if attr in base_names or attr in cls._flaxen_fields:
+            continue
+        if isinstance(value, property):
+            setattr(cls, attr, wrap_descriptor(value))
+        elif inspect.isfunction(value):
+            if getattr(value, "nowrap", False) or getattr(value, "_flaxen_wrapped", False):
+                continue
+            setattr(cls, attr, wrap_method(value, getattr(value, "compact", False) is True))
+    setup = cls.setup
+    raw = getattr(setup, "_flaxen_raw", setup)
+    cls._flaxen_setup = None if raw is _default_setup[0] else raw
+
+
+# Set by _module.py: (Module.setup,), the no-op default.
+_default_setup: list[Any] = [None]

@@ -1,0 +1,275 @@
+"""Method wrapping, method interceptors, intermediate capture and profiling names.
+
+Every method of a Module subclass is wrapped once, at class creation. On a bound Module
+the wrapper runs ``setup`` (once), pushes the Module on the thread's module stack (so
+submodules built inside know their parent) and, for the ``@compact`` method, tracks the
+auto-name counters and releases the scope's names when the method is called again.
+
+Interceptors (:func:`intercept_methods`), ``capture_intermediates`` and
+``jax.named_scope`` profiling labels cost nothing unless switched on: the wrapper checks one
+global flag and one config flag and takes the slow path only then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+
+from flaxen import errors
+from flaxen.configurations import config
+from flaxen.linen._naming import try_setup
+from flaxen.linen._state import SETUP_DONE, context, hooks
+
+try:  # JAX internals: are we inside a trace (jit/grad/eval_shape/...)?
+    from jax._src import core as _jax_core
+
+    _trace_ctx = _jax_core.trace_ctx
+    _EvalTrace = _jax_core.EvalTrace
+
+    def _tracing() -> bool:
+        return not isinstance(_trace_ctx.trace, _EvalTrace)
+
+    _tracing()
+except Exception:  # pragma: no cover - future JAX layouts: label every call instead
+    def _tracing() -> bool:
+        return True
+
+
+@dataclasses.dataclass(frozen=True)
+class InterceptorContext:
+    """What an interceptor is told about the intercepted call.
+
+    Attributes:
+      module: the Module whose method is called.
+      method_name: the method's name, e.g. ``'__call__'``.
+      orig_method: the undecorated method, already bound to ``module``.
+    """
+
+    module: Any
+    method_name: str
+    orig_method: Callable[..., Any]
+
+
+@contextlib.contextmanager
+def intercept_methods(
+    interceptor: Callable[[Callable[..., Any], tuple, dict, InterceptorContext], Any],
+) -> Iterator[None]:
+    """Intercepts every wrapped Module method call made inside the ``with`` block.
+
+    ``interceptor(next_fun, args, kwargs, context)`` replaces the call; it usually calls
+    ``next_fun(*args, **kwargs)`` (the next interceptor, then the method). Interceptors
+    nest: the innermost ``with`` runs first.
+
+    >>> import jax, jax.numpy as jnp
+    >>> import flaxen.linen as nn
+    >>> class Foo(nn.Module):
+    ...     def __call__(self, x):
+    ...         return x + 1
+    >>> def double_output(next_fun, args, kwargs, context):
+    ...     return 2 * next_fun(*args, **kwargs)
+    >>> with nn.intercept_methods(double_output):
+    ...     y = Foo().apply({}, jnp.ones(()))
+    >>> float(y)
+    4.0
+    """
+    stack = context.interceptors
+    stack.append(interceptor)
+    hooks.interceptor_depth += 1
+    hooks.refresh()
+    try:
+        yield
+    finally:
+        stack.pop()
+        hooks.interceptor_depth -= 1
+        hooks.refresh()
+
+
+def _profile_name(module: Any, method_name: str) -> str:
+    base = module.name or type(module).__name__
+    return base if method_name == "__call__" else f"{base}.{method_name}"
+
+
+def _enter_compact(module: Any, st: Any) -> None:
+    if st.compact_done:
+        # A new call of the compact method: release the names the last call reserved
+        # (RNG counters are kept, so fresh keys keep coming).
+        module.__dict__["scope"] = module.scope.rewound()
+        st.autoname_cursor = None
+        st.compact_done = False
+    st.in_compact = True
+
+
+def _call_with_hooks(module: Any, fun: Callable, method_name: str, is_compact: bool,
+                     args: tuple, kwargs: dict) -> Any:
+    st = module._state
+    enter = is_compact and not st.in_compact
+    if enter:
+        _enter_compact(module, st)
+    stack = context.module_stack
+    stack.append(module)
+    try:
+        def run(*a: Any, **k: Any) -> Any:
+            return fun(module, *a, **k)
+
+        interceptors = context.interceptors
+        if interceptors:
+            ctx = InterceptorContext(module, method_name, functools.partial(fun, module))
+            for icpt in reversed(interceptors):
+                run = _chain(icpt, run, ctx)
+        if config.flax_profile and _tracing():
+            with jax.named_scope(_profile_name(module, method_name)):
+                y = run(*args, **kwargs)
+        else:
+            y = run(*args, **kwargs)
+        captures = context.capture_stack
+        if captures:
+            keep = captures[-1]
+            if keep is not None and keep(module, method_name):
+                module.sow("intermediates", method_name, y)
+        return y
+    finally:
+        stack.pop()
+        if enter:
+            st.in_compact = False
+            st.compact_done = True
+
+
+def _chain(icpt: Callable, nxt: Callable, ctx: InterceptorContext) -> Callable:
+    def run(*a: Any, **k: Any) -> Any:
+        return icpt(nxt, a, k, ctx)
+
+    return run
+
+
+def wrap_method(fun: Callable[..., Any], is_compact: bool) -> Callable[..., Any]:
+    """The wrapper every Module method gets (see the module docstring)."""
+    method_name = fun.__name__
+
+    def wrapped(self, *args: Any, **kwargs: Any) -> Any:
+        scope = self.scope
+        if scope is None:
+            if is_compact:
+                raise errors.CallCompactUnboundModuleError()
+            return fun(self, *args, **kwargs)
+        st = self._state
+        if st.setup_called != SETUP_DONE:
+            try_setup(self)
+        if hooks.active or (config.flax_profile and _tracing()):
+            return _call_with_hooks(self, fun, method_name, is_compact, args, kwargs)
+        stack = context.module_stack
+        if is_compact and not st.in_compact:
+            if st.compact_done:
+                _enter_compact(self, st)
+            st.in_compact = True
+            stack.append(self)
+            try:
+                return fun(self, *args, **kwargs)
+            finally:
+                stack.pop()
+                st.in_compact = False
+                st.compact_done = True
+        stack.append(self)
+        try:
+            return fun(self, *args, **kwargs)
+        finally:
+            stack.pop()
+
+    functools.update_wrapper(wrapped, fun)
+    wrapped._flaxen_wrapped = True
+    wrapped._flaxen_raw = fun
+    if is_compact:
+        wrapped.compact = True
+    return wrapped
+
+
+def wrap_setup(fun: Callable[..., Any]) -> Callable[..., Any]:
+    """``setup`` runs lazily, once; calling it by hand only works on a bound Module."""
+
+    def setup(self) -> None:
+        if self.scope is None:
+            raise errors.CallSetupUnboundModuleError()
+        if self._state.in_setup:  # super().setup() from a subclass's setup
+            return fun(self)
+        try_setup(self)
+
+    functools.update_wrapper(setup, fun)
+    setup._flaxen_wrapped = True
+    setup._flaxen_raw = fun
+    return setup
+
+
+def wrap_descriptor(prop: property) -> property:
+    """A property whose body hits a missing attribute raises DescriptorAttributeError.
+
+    Without this, Python would swallow that AttributeError and retry the lookup through
+    ``__getattr__``, reporting the property itself as missing.
+    """
+    fget = prop.fget
+    if fget is None or getattr(fget, "_flaxen_wrapped", False):
+        return prop
+
+    def getter(self):
+        try:
+            return fget(self)
+        except AttributeError as e:
+            raise errors.DescriptorAttributeError() from e
+
+    functools.update_wrapper(getter, fget)
+    getter._flaxen_wrapped = True
+    return property(getter, prop.fset, prop.fdel, prop.__doc__)
+
+
+# --- profiling ---------------------------------------------------------------------------
+
+
+def enable_named_call() -> None:
+    """Runs every Module method under ``jax.named_scope(<module name>)`` (profiles).
+
+    Labels only show in compiled (jit/pmap) programs; flaxen adds them only while
+    tracing, so eager calls pay nothing. Same as ``config.update('flax_profile', True)``.
+    """
+    config.update("flax_profile", True)
+
+
+def disable_named_call() -> None:
+    """Stops labelling Module methods with ``jax.named_scope``."""
+    config.update("flax_profile", False)
+
+
+@contextlib.contextmanager
+def override_named_call(enable: bool = True) -> Iterator[None]:
+    """Enables (or disables) named-call labels inside the ``with`` block only.
+
+    >>> import flaxen.linen as nn
+    >>> from flaxen import config
+    >>> with nn.override_named_call(False):
+    ...     config.flax_profile
+    False
+    """
+    old = config.flax_profile
+    config.update("flax_profile", enable)
+    try:
+        yield
+    finally:
+        config.update("flax_profile", old)
+
+
+def named_call(class_fn: Callable[..., Any], force: bool = True) -> Callable[..., Any]:
+    """Labels a Module method with ``jax.named_scope`` for profiles.
+
+    Active when ``config.flax_profile`` is on, or always with ``force=True``.
+    """
+
+    @functools.wraps(class_fn)
+    def wrapped(self, *args: Any, **kwargs: Any) -> Any:
+        if force or config.flax_profile:
+            with jax.named_scope(_profile_name(self, class_fn.__name__)):
+                return class_fn(self, *args, **kwargs)
+        return class_fn(self, *args, **kwargs)
+
+    return wrapped

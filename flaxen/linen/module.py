@@ -1,0 +1,43 @@
+"""``flaxen.linen.module``: the Module class and its decorators and helpers (public path).
+
+The implementation is split into private pieces (``_module``, ``_dataclass``,
+``_naming``, ``_binding``, ``_interception``, ``_state``); this file only re-exports them
+under Flax's import path, so ``from flaxen.linen.module import Module`` works.
+
+>>> from flaxen.linen.module import Module, compact
+>>> Module.__name__
+'Module'
+"""
+
+from flaxen.core.scope import Variable
+from flaxen.linen._binding import apply, init, init_with_output
+from flaxen.linen._interception import (
+    InterceptorContext,
+    disable_named_call,
+    enable_named_call,
+    intercept_methods,
+    named_call,
+    override_named_call,
+)
+from flaxen.linen._module import Module, compact, merge_param, nowrap, share_scope
+from flaxen.linen._state import _Sentinel, _unspecified_parent
+
+__all__ = [
+    "InterceptorContext",
+    "Module",
+    "Variable",
+    "_Sentinel",
+    "_unspecified_parent",
+    "apply",
+    "compact",
+    "disable_named_call",
+    "enable_named_call",
+    "init",
+    "init_with_output",
+    "intercept_methods",
+    "merge_param",
+    "named_call",
+    "nowrap",
+    "override_named_call",
+    "share_scope",
+]
