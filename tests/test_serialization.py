@@ -1,0 +1,272 @@
+"""flaxen.serialization: state dicts, msgpack bytes, chunking, bad input, round-trip properties."""
+
+import collections
+import struct as pystruct
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flaxen import serialization as ser
+
+NT = collections.namedtuple("NT", ["x", "y"])
+
+
+def test_state_dict_rules():
+    tree = {"a": [1, (2, 3)], "b": None, "c": NT(1, [2]), 5: "k"}
+    assert ser.to_state_dict(tree) == {
+        "a": {"0": 1, "1": {"0": 2, "1": 3}}, "b": None, "c": {"x": 1, "y": {"0": 2}}, "5": "k"}
+    assert ser.to_state_dict([]) == {} and ser.to_state_dict(7) == 7
+
+
+def test_from_state_dict_rebuilds_target_types():
+    target = {"l": [0, 0], "t": (0, 0), "n": NT(0, 0), 1: 0}
+    state = {"l": {"0": 1, "1": 2}, "t": {"0": 3, "1": 4}, "n": {"x": 5, "y": 6}, "1": 7}
+    assert ser.from_state_dict(target, state) == {"l": [1, 2], "t": (3, 4), "n": NT(5, 6), 1: 7}
+
+
+@pytest.mark.parametrize(
+    "target, state, pattern",
+    [
+        ({"a": 1, "b": 2}, {"a": 3}, r"contains keys \{'b'\} .* at path /(?!\w)"),
+        ({"p": {"D": {"k": 1}}}, {"p": {"D": {"x": 3}}}, r"\{'k'\} .* at path /p/D"),
+        ({"a": [1, 2]}, {"a": {"0": 5}}, r"list .* got 2 and 1 at path /a"),
+        ({"a": NT(1, 2)}, {"a": {"x": 5}}, r"named tuple .* at path /a"),
+        ({"a": {"b": 1}}, {"a": 5}, r"dict at path /a: .* holds int"),
+        ({"a": [1]}, {"a": 5}, r"list at path /a"),
+    ],
+)
+def test_structure_mismatch_names_the_path(target, state, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        ser.from_state_dict(target, state)
+
+
+def test_register_serialization_state():
+    class Box:
+        def __init__(self, v):
+            self.v = v
+
+    ser.register_serialization_state(
+        Box, lambda b: {"v": ser.to_state_dict(b.v)},
+        lambda b, s: Box(ser.from_state_dict(b.v, s["v"], name="v")))
+    assert ser.is_serializable(Box(1))
+    assert ser.from_bytes(Box([0]), ser.to_bytes(Box([9]))).v == [9]
+    with pytest.raises(ValueError, match="already registered"):
+        ser.register_serialization_state(Box, lambda b: {}, lambda b, s: b)
+    ser.register_serialization_state(Box, lambda b: {}, lambda b, s: b, override=True)
+    with pytest.raises(ValueError, match="already registered"):
+        ser.register_serialization_state(dict, lambda b: {}, lambda b, s: b)
+
+
+def test_current_path_inside_a_handler():
+    seen = []
+
+    class Leaf:
+        pass
+
+    ser.register_serialization_state(Leaf, lambda x: {}, lambda x, s: seen.append(ser.current_path()) or x)
+    ser.from_state_dict({"a": [Leaf()]}, {"a": {"0": {}}})
+    assert seen == ["./a/0"]
+
+
+ALL_DTYPES = [
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+    np.float16, np.float32, np.float64, np.complex64, np.complex128,
+    ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fnuz,
+    ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e4m3b11fnuz, ml_dtypes.int4, ml_dtypes.uint4,
+]
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_every_dtype_round_trips_bit_exactly(dtype):
+    arr = (np.arange(6) % 3).astype(dtype).reshape(2, 3)
+    scalar = arr.reshape(-1)[1]
+    out = ser.msgpack_restore(ser.msgpack_serialize({"a": arr, "s": scalar, "t": arr.T}))
+    for got, want in ((out["a"], arr), (out["t"], arr.T)):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.tobytes() == np.ascontiguousarray(want).tobytes()
+    assert type(out["s"]) is type(scalar) and out["s"].tobytes() == scalar.tobytes()
+
+
+def test_jax_arrays_come_back_as_numpy_and_plain_values_keep_types():
+    tree = {"j": jnp.arange(3.0), "c": 1 + 2j, "f": 1.5, "i": -7, "b": True, "s": "x", "by": b"\x00",
+            "n": None, "big": 2**63, "neg": -(2**63), "e": np.zeros((2, 0)), "d": np.datetime64("2020-01-01")}
+    out = ser.msgpack_restore(ser.msgpack_serialize(tree))
+    assert type(out["j"]) is np.ndarray and out["j"].tolist() == [0.0, 1.0, 2.0]
+    for k in ("c", "f", "i", "b", "s", "by", "n", "big", "neg", "d"):
+        assert out[k] == tree[k] and type(out[k]) is type(tree[k])
+    assert out["e"].shape == (2, 0)
+
+
+def test_key_order_in_place_vs_copy():
+    tree = {"b": 1, "a": {"d": 1, "c": 2}}
+    assert list(ser.msgpack_restore(ser.msgpack_serialize(tree))) == ["a", "b"]
+    assert list(ser.msgpack_restore(ser.msgpack_serialize(tree, in_place=True))) == ["b", "a"]
+    assert list(ser.msgpack_restore(ser.to_bytes(tree))["a"]) == ["d", "c"]
+    assert tree == {"b": 1, "a": {"d": 1, "c": 2}}
+
+
+def test_chunked_arrays(monkeypatch):
+    monkeypatch.setattr(ser, "MAX_CHUNK_SIZE", 16)
+    tree = {"big": np.arange(10, dtype=np.float32), "edge": np.arange(4, dtype=np.float32),
+            "t": np.arange(20.0).reshape(4, 5).T, "j": jnp.arange(6, dtype=jnp.int32)}
+    data = ser.msgpack_serialize(tree, in_place=True)
+    raw = msgpack.unpackb(data, strict_map_key=False)
+    assert raw["big"]["__msgpack_chunked_array__"] is True
+    assert raw["big"]["shape"] == {"0": 10} and len(raw["big"]["chunks"]) == 3
+    assert isinstance(raw["edge"], msgpack.ExtType)  # exactly the limit: not chunked
+    out = ser.msgpack_restore(data)
+    for k, v in tree.items():
+        np.testing.assert_array_equal(out[k], np.asarray(v))
+    assert ser.msgpack_restore(ser.msgpack_serialize(np.arange(9.0))).tolist() == list(range(9))
+
+
+def test_to_bytes_from_bytes_with_targets():
+    target = {"params": {"w": jnp.zeros((2, 2)), "b": [0.0, 0.0]}, "step": 0}
+    value = {"params": {"w": jnp.ones((2, 2)), "b": [1.0, 2.0]}, "step": 3}
+    restored = ser.from_bytes(target, ser.to_bytes(value))
+    assert type(restored["params"]["w"]) is np.ndarray
+    assert restored["params"]["b"] == [1.0, 2.0] and restored["step"] == 3
+    with pytest.raises(ValueError, match="at path /params"):
+        ser.from_bytes({"params": {"w": 0, "z": 0}}, ser.to_bytes(value))
+
+
+def test_unsupported_values_raise_with_the_path():
+    with pytest.raises(TypeError, match=r"At /a/1: can not serialize 'object'"):
+        ser.msgpack_serialize({"a": [1, object()]})
+    with pytest.raises(ValueError, match=r"At /s: dtype <U2 is not supported"):
+        ser.msgpack_serialize({"s": np.array(["ab"])})
+    with pytest.raises(ValueError, match="not supported"):
+        ser.msgpack_serialize(np.array([object()]))
+    with pytest.raises(TypeError, match="key_data"):
+        ser.to_bytes({"k": jax.random.key(0)})
+    with pytest.raises(OverflowError):
+        ser.msgpack_serialize(2**64)
+    with pytest.raises(TypeError, match="dict key"):
+        ser.msgpack_serialize({(1, 2): 3})
+
+
+def test_non_native_byte_order_is_normalised():
+    arr = np.arange(3, dtype=">f4")
+    out = ser.msgpack_restore(ser.msgpack_serialize(arr))
+    assert out.dtype == np.float32 and out.tolist() == [0.0, 1.0, 2.0]
+
+
+# ----------------------------------------------------------------------------- bad input
+
+GOOD = ser.to_bytes({"params": {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}, "s": "x"})
+
+
+@pytest.mark.parametrize("cut", [1, 5, len(GOOD) // 2, len(GOOD) - 1])
+def test_truncated_bytes_raise_value_error(cut):
+    with pytest.raises(ValueError, match="truncated, corrupted"):
+        ser.msgpack_restore(GOOD[:cut])
+
+
+def _ext(code, payload):
+    return msgpack.packb(msgpack.ExtType(code, payload))
+
+
+@pytest.mark.parametrize(
+    "data, pattern",
+    [
+        (b"", "truncated|Unpack"),
+        (GOOD + b"\x00", "Extra"),
+        (b"\xc1", "truncated, corrupted"),
+        (_ext(1, msgpack.packb([[2], "float32", b"\x00" * 4])), "needs 8 bytes .* holds 4"),
+        (_ext(1, msgpack.packb([[1], "object", b"\x00" * 8])), "dtype 'object'"),
+        (_ext(1, msgpack.packb([[1], "O", b"\x00" * 8])), "dtype name 'O'"),
+        (_ext(1, msgpack.packb([[1], "[('a','O')]", b"\x00" * 8])), "invalid array dtype"),
+        (_ext(1, msgpack.packb([[1], "__import__('os')", b""])), "invalid array dtype"),
+        (_ext(1, msgpack.packb([[1], "nonsense_type", b"\x00"])), "unknown array dtype"),
+        (_ext(1, msgpack.packb([[-1], "uint8", b"\x00"])), "malformed array shape"),
+        (_ext(1, b"\x93\x91"), "malformed array payload"),
+        (_ext(9, b"abc"), "unknown msgpack extension type 9"),
+        (_ext(2, b"\x92\xa1a\xa1b"), "complex"),
+        (msgpack.packb({"__msgpack_chunked_array__": True, "shape": {"0": 5},
+                        "chunks": {"0": msgpack.ExtType(1, msgpack.packb([[2], "uint8", b"\x00\x01"]))}}),
+         "shape \\(5,\\) needs 5 elements"),
+        (msgpack.packb({"__msgpack_chunked_array__": True, "shape": 3, "chunks": {}}), "chunked"),
+        (b"\x91" * 100000 + b"\xc0", "truncated, corrupted"),
+        (b"\x81\x91\x01\x02", "truncated, corrupted"),
+    ],
+)
+def test_hostile_bytes_raise_clear_value_errors(data, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        ser.msgpack_restore(data)
+
+
+def test_random_corruption_never_raises_anything_but_value_error():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        data = bytearray(GOOD)
+        for pos in rng.integers(0, len(data), size=rng.integers(1, 4)):
+            data[pos] = int(rng.integers(0, 256))
+        try:
+            ser.msgpack_restore(bytes(data))
+        except ValueError:
+            pass
+
+
+def test_generic_payload_encodings_from_other_writers_are_accepted():
+    # Same content as Flax writes, but with a wider int for the shape: valid msgpack.
+    payload = b"\x93\x91\xcd\x00\x02" + msgpack.packb("int8") + msgpack.packb(b"\x01\x02")
+    assert ser.msgpack_restore(_ext(1, payload)).tolist() == [1, 2]
+    assert ser.msgpack_restore(_ext(3, msgpack.packb([[], "float64", pystruct.pack("<d", 2.5)]))) == 2.5
+
+
+# ----------------------------------------------------------------------------- properties
+
+_DTYPES = [np.float32, np.int8, np.uint16, np.bool_, np.complex64, ml_dtypes.bfloat16,
+           ml_dtypes.float8_e4m3fn, np.float64, np.int64]
+
+
+@st.composite
+def _arrays(draw):
+    dtype = draw(st.sampled_from(_DTYPES))
+    shape = tuple(draw(st.lists(st.integers(0, 3), max_size=3)))
+    raw = draw(st.binary(min_size=int(np.prod(shape)) * np.dtype(dtype).itemsize,
+                         max_size=int(np.prod(shape)) * np.dtype(dtype).itemsize))
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+_leaves = st.one_of(
+    _arrays(), st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1),
+    st.floats(allow_nan=False), st.text(max_size=40), st.binary(max_size=40),
+    st.complex_numbers(allow_nan=False),
+)
+_trees = st.recursive(
+    _leaves,
+    lambda kids: st.one_of(st.lists(kids, max_size=4), st.dictionaries(st.text(max_size=5), kids, max_size=4)),
+    max_leaves=12,
+)
+
+
+def _assert_same(a, b, ordered=True):
+    if isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape
+        assert a.tobytes() == b.tobytes()
+    elif isinstance(a, dict):
+        assert list(a) == list(b) if ordered else sorted(a) == list(b)
+        for k in a:
+            _assert_same(a[k], b[k], ordered)
+    elif isinstance(a, list):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _assert_same(x, y, ordered)
+    else:
+        assert type(a) is type(b) and a == b
+
+
+@settings(max_examples=150, deadline=None)
+@given(_trees, st.booleans())
+def test_property_round_trip(tree, in_place):
+    out = ser.msgpack_restore(ser.msgpack_serialize(tree, in_place=in_place))
+    _assert_same(tree, out, ordered=in_place)
+    # Bytes from to_bytes restore into the original tree's shape (lists stay lists).
+    _assert_same(tree, ser.from_bytes(tree, ser.to_bytes(tree)))
