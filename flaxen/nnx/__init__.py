@@ -1,0 +1,93 @@
+"""flaxen.nnx: Pythonic modules (plain objects holding Variables) and lifted transforms.
+
+Also importable as ``flaxen.experimental.nnx`` (the path the spec's Flax 0.8.3 used); both
+names give the same objects.
+
+>>> import jax.numpy as jnp
+>>> from flaxen import nnx
+>>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+>>> model(jnp.ones((1, 2))).shape
+(1, 3)
+"""
+
+from flaxen.nnx import errors, filterlib, graph
+from flaxen.nnx import rnglib as rnglib
+from flaxen.nnx import spmd as spmd
+from flaxen.nnx import variables as variables
+from flaxen.nnx._vmap_scan import Jit, Remat, Scan, Vmap, scan, vmap
+from flaxen.nnx.errors import TraceContextError
+from flaxen.nnx.filterlib import All, Any, Everything, Not, Nothing, OfType, PathContains, WithTag
+from flaxen.nnx.graph import (
+    GraphDef,
+    GraphNode,
+    UpdateContext,
+    clone,
+    merge,
+    pop,
+    split,
+    state,
+    update,
+)
+from flaxen.nnx.graph import graphdef as graphdef
+from flaxen.nnx.module import Dict, List, Module, Sequential
+from flaxen.nnx.nn import _linen as _fns
+from flaxen.nnx.nn.attention import MultiHeadAttention
+from flaxen.nnx.nn.linear import Conv, Einsum, Embed, Linear, LinearGeneral
+from flaxen.nnx.nn.normalization import BatchNorm, LayerNorm, RMSNorm
+from flaxen.nnx.nn.stochastic import Dropout
+from flaxen.nnx.rnglib import RngCount, RngKey, Rngs, RngState, RngStream, fork
+from flaxen.nnx.spmd import (
+    PARTITION_NAME,
+    get_named_sharding,
+    get_partition_spec,
+    with_partitioning,
+    with_sharding_constraint,
+)
+from flaxen.nnx.state import State
+from flaxen.nnx.training import metrics as metrics
+from flaxen.nnx.training.optimizer import Optimizer, OptState
+from flaxen.nnx.transforms import eval_shape, grad, jit, remat, value_and_grad
+from flaxen.nnx.variables import (
+    EMPTY,
+    BatchStat,
+    Cache,
+    Empty,
+    Intermediate,
+    Param,
+    Variable,
+    VariableMetadata,
+    VariableState,
+    with_metadata,
+)
+from flaxen.nnx.visualization import display
+
+initializers = _fns.initializers
+dot_product_attention = _fns.dot_product_attention
+make_attention_mask = _fns.make_attention_mask
+make_causal_mask = _fns.make_causal_mask
+combine_masks = _fns.combine_masks
+pool = _fns.pooling.pool
+avg_pool = _fns.pooling.avg_pool
+max_pool = _fns.pooling.max_pool
+min_pool = _fns.pooling.min_pool
+
+_ACTIVATIONS = (
+    "celu", "elu", "gelu", "glu", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh",
+    "leaky_relu", "log_sigmoid", "log_softmax", "logsumexp", "normalize", "one_hot", "relu",
+    "relu6", "selu", "sigmoid", "silu", "soft_sign", "softmax", "softplus", "standardize",
+    "swish", "tanh",
+)
+globals().update({name: getattr(_fns.activation, name) for name in _ACTIVATIONS})
+
+
+def __getattr__(name: str):
+    # loaded on first use: TrainState needs flaxen.struct, compatibility needs flaxen.linen
+    if name == "TrainState":
+        from flaxen.nnx.training.train_state import TrainState
+
+        return TrainState
+    if name in ("compatibility", "bridge"):
+        import importlib
+
+        return importlib.import_module(f"flaxen.nnx.{name}")
+    raise AttributeError(f"module 'flaxen.nnx' has no attribute {name!r}")

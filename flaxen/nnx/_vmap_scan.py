@@ -1,0 +1,543 @@
+"""``nnx.vmap`` / ``nnx.scan`` and the module-wrapping ``Vmap`` / ``Scan`` / ``Jit`` / ``Remat``.
+
+State of graph-node arguments is mapped by ``state_axes`` (a mapping from filter to axis;
+``None`` broadcasts), RNG streams matching ``split_rngs`` get one key per mapped slice (the
+outer stream advances by one), and other RNG streams are broadcast. Variables created inside
+(e.g. a module built inside ``vmap``) come out stacked along their ``state_axes`` axis, with
+``transform_metadata[PARTITION_NAME]`` inserted into their ``sharding`` metadata.
+
+>>> import jax.numpy as jnp
+>>> from flaxen import nnx
+>>> make = nnx.vmap(lambda rngs: nnx.Linear(2, 3, rngs=rngs), axis_size=4)
+>>> stacked = make(nnx.Rngs(0))
+>>> stacked.kernel.value.shape
+(4, 2, 3)
+"""
+
+from __future__ import annotations
+
+import functools
+import typing as tp
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flaxen.nnx import _graph_engine as eng
+from flaxen.nnx import _lift, filterlib
+from flaxen.nnx.module import Module
+from flaxen.nnx.rnglib import RngCount, RngKey, RngState
+from flaxen.nnx.transforms import jit, remat
+
+PARTITION_NAME = "partition_name"
+_DEFAULT_STATE_AXES = {...: 0}
+
+
+def _state_axis(path: tuple, var: tp.Any, axes: tp.Sequence[tuple[tp.Callable, tp.Any]]
+                ) -> tp.Any:
+    for pred, axis in axes:
+        if pred(path, var):
+            return axis
+    raise ValueError(
+        f"state_axes: the {type(var).__name__} at {eng._path_str(path)} matches none of the "
+        "state_axes filters. Add a filter for it (e.g. {...: 0} as the last entry)."
+    )
+
+
+def _axes_items(state_axes: tp.Mapping) -> list[tuple[tp.Callable, tp.Any]]:
+    return [(filterlib.to_predicate(f), a) for f, a in dict(state_axes).items()]
+
+
+def _plan_vars(flat: tp.Any, state_axes: tp.Mapping, split_rngs: tp.Any) -> list[tuple]:
+    """For each Variable: ('split', None) for split RNG state, ('bcast', None) or ('axis', a)."""
+    if flat is None:
+        return []
+    items = _axes_items(state_axes)
+    split_pred = filterlib.to_predicate(split_rngs)
+    split_streams = set()
+    for p, v in zip(flat.paths, flat.variables):
+        if isinstance(v, RngKey) and split_pred(p, v):
+            split_streams.add(p[:-1])
+    plan = []
+    for p, v in zip(flat.paths, flat.variables):
+        if isinstance(v, RngState):
+            plan.append(("split", None) if p[:-1] in split_streams else ("bcast", None))
+        else:
+            a = _state_axis(p, v, items)
+            plan.append(("bcast", None) if a is None else ("axis", a))
+    return plan
+
+
+def _leaf_axes(args: tuple, kwargs: dict, in_axes: tp.Any, in_axes_kwargs: tp.Any,
+               prepared: _lift.Prepared) -> list:
+    axes: list = []
+    for i, a in enumerate(args):
+        ax = in_axes[i] if isinstance(in_axes, (tuple, list)) else in_axes
+        n = len(jax.tree_util.tree_leaves(a, is_leaf=_lift.is_node))
+        axes.extend([ax] * n)
+    for k in sorted(kwargs):
+        n = len(jax.tree_util.tree_leaves(kwargs[k], is_leaf=_lift.is_node))
+        axes.extend([in_axes_kwargs] * n)
+    for p in prepared.node_pos:
+        axes[p] = None
+    return axes
+
+
+def _split_keys(flat: tp.Any, plan: list, n: int) -> dict[int, tp.Any]:
+    """New per-slice values for split RNG state; advances the outer streams by one."""
+    out: dict[int, tp.Any] = {}
+    by_stream: dict[tuple, dict[str, int]] = {}
+    for i, ((kind, _), p) in enumerate(zip(plan, flat.paths)):
+        if kind == "split":
+            by_stream.setdefault(p[:-1], {})[type(flat.variables[i]).__name__] = i
+    for idx in by_stream.values():
+        ki, ci = idx.get("RngKey"), idx.get("RngCount")
+        key = flat.variables[ki].raw_value
+        count = flat.variables[ci].raw_value if ci is not None else 0
+        out[ki] = jax.random.split(jax.random.fold_in(key, count), n)
+        if ci is not None:
+            out[ci] = jnp.zeros((n,), jnp.uint32)
+    return out
+
+
+def _insert_partition(var: tp.Any, axis: int, transform_metadata: tp.Mapping) -> None:
+    meta = var._var_metadata
+    if "sharding" in meta and meta["sharding"] is not None and axis is not None:
+        names = list(meta["sharding"])
+        names.insert(axis, transform_metadata.get(PARTITION_NAME))
+        meta["sharding"] = tuple(names)
+
+
+def vmap(
+    f: tp.Callable[..., tp.Any],
+    *,
+    in_axes: tp.Any = 0,
+    out_axes: tp.Any = 0,
+    axis_name: tp.Any = None,
+    axis_size: int | None = None,
+    spmd_axis_name: tp.Any = None,
+    in_axes_kwargs: tp.Any = 0,
+    state_axes: tp.Mapping[filterlib.Filter, int | None] = _DEFAULT_STATE_AXES,
+    split_rngs: filterlib.Filter = ...,
+    transform_metadata: tp.Mapping[str, tp.Any] = {},  # noqa: B006 - read only
+) -> tp.Callable[..., tp.Any]:
+    """Lifted ``jax.vmap`` over graph nodes (see the module docstring)."""
+
+    @functools.wraps(f)
+    def wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        prepared = _lift.Prepared(args, kwargs)
+        flat = prepared.flat
+        defs = flat.defs if flat is not None else ()
+        plan = _plan_vars(flat, state_axes, split_rngs)
+        leaf_axes = _leaf_axes(args, kwargs, in_axes, in_axes_kwargs, prepared)
+        values = prepared.values()
+        n = axis_size
+        if n is None:
+            for leaf, ax in zip(prepared.leaves, leaf_axes):
+                if ax is not None and leaf is not None:
+                    n = np.shape(leaf)[ax]
+                    break
+        if n is None:
+            for (kind, a), v in zip(plan, values):
+                if kind == "axis":
+                    n = np.shape(v)[a]
+                    break
+        if n is None:
+            raise ValueError(
+                "nnx.vmap cannot tell the mapped axis size: no argument is mapped. Pass "
+                "axis_size=..."
+            )
+        split_vals = _split_keys(flat, plan, n) if flat is not None else {}
+        var_axes = []
+        in_values = []
+        for i, ((kind, a), v) in enumerate(zip(plan, values)):
+            if kind == "split":
+                in_values.append(split_vals.get(i, v))
+                var_axes.append(0 if i in split_vals else None)
+            else:
+                in_values.append(v)
+                var_axes.append(a if kind == "axis" else None)
+        box: list = []
+
+        def pure(vals: list, leaves: list) -> tuple:
+            a, k, copies, outer_map = _lift.rebuild(defs, vals, prepared.treedef, leaves,
+                                                    prepared.node_pos)
+            out = f(*a, **k)
+            col = _lift.Collected(copies, out, outer_map)
+            box.append(col)
+            return col.values, col.out_leaves
+
+        vm = jax.vmap(pure, in_axes=(var_axes, leaf_axes), out_axes=(0, out_axes),
+                      axis_name=axis_name, axis_size=n, spmd_axis_name=spmd_axis_name)
+        new_values, out_leaves = vm(in_values, prepared.leaves)
+        col = box[-1]
+        outer_idx = eng.var_outer_indices(col.defs)
+        var_pos = {ref_i: pos for pos, ref_i in enumerate(_lift._var_indices(defs))}
+        items = _axes_items(state_axes)
+        fixed = []
+        new_axes = []
+        for x, outer, inner_var, path in zip(new_values, outer_idx, col.variables,
+                                             _col_paths(col)):
+            if outer >= 0 and outer in var_pos:
+                pos = var_pos[outer]
+                kind, a = plan[pos]
+                if kind == "split":
+                    fixed.append(values[pos] if not isinstance(flat.variables[pos], RngCount)
+                                 else flat.variables[pos].raw_value)
+                    new_axes.append(None)
+                    continue
+                ax = a if kind == "axis" else None
+            else:
+                if isinstance(inner_var, RngState):
+                    ax = 0
+                else:
+                    ax = _state_axis(path, inner_var, items)
+            fixed.append(_from_axis0(x, ax))
+            new_axes.append(ax if outer < 0 else None)
+        out_vars: list = []
+        roots = eng.apply_update(col.defs, fixed, flat.refs if flat is not None else [],
+                                 out_vars)
+        for (var, outer), ax in zip(out_vars, new_axes):
+            if outer < 0 and ax is not None:
+                _insert_partition(var, ax, transform_metadata)
+        return _lift.assemble_output(col.out_treedef, out_leaves, col.out_node_pos,
+                                     roots[col.n_inputs:])
+
+    return wrapper
+
+
+def _col_paths(col: _lift.Collected) -> list[tuple]:
+    paths: list[tuple] = []
+
+    def walk(d: tuple, path: tuple) -> None:
+        kind = d[0]
+        if kind == "var":
+            paths.append(path)
+        elif kind == "node":
+            for name, s in d[3]:
+                walk(s, (*path, name))
+        elif kind == "tree":
+            for keys, s in zip(d[4], d[2]):
+                walk(s, (*path, *keys))
+
+    for d in col.defs:
+        walk(d, ())
+    return paths
+
+
+def _from_axis0(x: tp.Any, axis: tp.Any) -> tp.Any:
+    if axis is None:
+        return jax.tree_util.tree_map(lambda a: a[0], x)
+    if axis == 0:
+        return x
+    return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, axis), x)
+
+
+def _to_axis0(x: tp.Any, axis: int) -> tp.Any:
+    if axis == 0:
+        return x
+    return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, axis, 0), x)
+
+
+def scan(
+    f: tp.Callable[..., tp.Any],
+    *,
+    length: int | None = None,
+    reverse: bool = False,
+    unroll: int = 1,
+    _split_transpose: bool = False,
+    in_axes: tp.Any = 0,
+    in_axes_kwargs: tp.Any = 0,
+    out_axes: tp.Any = 0,
+    carry_argnum: int = 0,
+    state_axes: tp.Mapping[filterlib.Filter, int | None] = _DEFAULT_STATE_AXES,
+    split_rngs: filterlib.Filter = ...,
+    transform_metadata: tp.Mapping[str, tp.Any] = {},  # noqa: B006 - read only
+    scan_output: bool = True,
+) -> tp.Callable[..., tp.Any]:
+    """Lifted ``jax.lax.scan``: ``f(carry, *xs) -> (carry, y)`` (just ``carry`` when
+    ``scan_output=False``), the carry at position ``carry_argnum``. Graph-node state mapped by
+    ``state_axes`` is sliced per step and restacked; broadcast (``None``) state is carried,
+    so updates to it are visible after the scan."""
+
+    @functools.wraps(f)
+    def wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        args = list(args)
+        carry = args[carry_argnum]
+        if any(_lift.is_node(leaf) for leaf in
+               jax.tree_util.tree_leaves(carry, is_leaf=_lift.is_node)):
+            raise ValueError(
+                "nnx.scan: the carry (argument {carry_argnum}) holds a graph node; pass modules "
+                "as other arguments, their state is scanned or carried per state_axes."
+            )
+        args[carry_argnum] = None
+        prepared = _lift.Prepared(tuple(args), kwargs)
+        flat = prepared.flat
+        defs = flat.defs if flat is not None else ()
+        plan = _plan_vars(flat, state_axes, split_rngs)
+        axes_list = list(in_axes) if isinstance(in_axes, (tuple, list)) else in_axes
+        if isinstance(axes_list, list) and len(axes_list) < len(args):
+            axes_list = axes_list + [0] * (len(args) - len(axes_list))
+        leaf_axes = _leaf_axes(tuple(args), kwargs, axes_list, in_axes_kwargs, prepared)
+        values = prepared.values()
+        n = length
+        if n is None:
+            for leaf, ax in zip(prepared.leaves, leaf_axes):
+                if ax is not None and leaf is not None:
+                    n = np.shape(leaf)[ax]
+                    break
+        if n is None:
+            for (kind, a), v in zip(plan, values):
+                if kind == "axis":
+                    n = np.shape(v)[a]
+                    break
+        if n is None:
+            raise ValueError("nnx.scan cannot tell the number of steps; pass length=...")
+        split_vals = _split_keys(flat, plan, n) if flat is not None else {}
+        scanned_idx = [i for i, (k, _) in enumerate(plan)
+                       if k == "axis" or (k == "split" and i in split_vals)]
+        carried_idx = [i for i, (k, _) in enumerate(plan)
+                       if not (k == "axis" or (k == "split" and i in split_vals))]
+        xs_vars = [
+            split_vals[i] if i in split_vals else _to_axis0(values[i], plan[i][1])
+            for i in scanned_idx
+        ]
+        xs_leaf_idx = [i for i, ax in enumerate(leaf_axes)
+                       if ax is not None and prepared.leaves[i] is not None]
+        xs_leaves = [_to_axis0(prepared.leaves[i], leaf_axes[i]) for i in xs_leaf_idx]
+        box: list = []
+
+        def body(c: tuple, x: tuple) -> tuple:
+            user_carry, carried = c
+            svals, sleaves = x
+            vals = list(values)
+            for i, v in zip(carried_idx, carried):
+                vals[i] = v
+            for i, v in zip(scanned_idx, svals):
+                vals[i] = v
+            leaves = list(prepared.leaves)
+            for i, v in zip(xs_leaf_idx, sleaves):
+                leaves[i] = v
+            a, k, copies, outer_map = _lift.rebuild(defs, vals, prepared.treedef, leaves,
+                                                    prepared.node_pos)
+            a = list(a)
+            a[carry_argnum] = user_carry
+            out = f(*a, **k)
+            if scan_output:
+                new_carry, y = out
+            else:
+                new_carry, y = out, None
+            col = _lift.Collected(copies, y, outer_map)
+            n_in = len(_lift._var_indices(defs))
+            if eng.strip_outer(col.defs[: col.n_inputs]) != defs:
+                raise ValueError(
+                    "nnx.scan: the scanned function changed the structure of its module "
+                    "arguments (added or removed attributes). Create all state before the "
+                    "scan, or build stacked modules with nnx.Scan / nnx.vmap."
+                )
+            box.append(col)
+            new_vals = col.values
+            new_carried = [new_vals[i] for i in carried_idx]
+            new_scanned = [new_vals[i] for i in scanned_idx]
+            return (new_carry, new_carried), (new_scanned, new_vals[n_in:], col.out_leaves)
+
+        init = (carry, [values[i] for i in carried_idx])
+        (carry_out, carried_out), (scanned_out, extra_out, out_leaves) = jax.lax.scan(
+            body, init, (xs_vars, xs_leaves), length=n, reverse=reverse, unroll=unroll,
+            _split_transpose=_split_transpose,
+        )
+        col = box[-1]
+        final = list(values)
+        for i, v in zip(carried_idx, carried_out):
+            final[i] = v
+        for i, v in zip(scanned_idx, scanned_out):
+            if plan[i][0] == "split":
+                continue  # the outer stream was already advanced; keep its key and count
+            final[i] = _from_axis0(v, plan[i][1])
+        items = _axes_items(state_axes)
+        paths = _col_paths(col)
+        n_in = len(values)
+        extra = []
+        extra_axes = []
+        for v, var, path in zip(extra_out, col.variables[n_in:], paths[n_in:]):
+            ax = 0 if isinstance(var, RngState) else _state_axis(path, var, items)
+            extra.append(_from_axis0(v, ax))
+            extra_axes.append(ax)
+        out_vars: list = []
+        roots = eng.apply_update(col.defs, final + extra,
+                                 flat.refs if flat is not None else [], out_vars)
+        for (var, outer), ax in zip(out_vars[n_in:], extra_axes):
+            if outer < 0 and ax is not None:
+                _insert_partition(var, ax, transform_metadata)
+        ys = _lift.assemble_output(col.out_treedef, out_leaves, col.out_node_pos,
+                                   roots[col.n_inputs:])
+        if out_axes not in (0, None) and isinstance(out_axes, int):
+            ys = jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, out_axes), ys)
+        return (carry_out, ys) if scan_output else carry_out
+
+    return wrapper
+
+
+# -- module wrappers ---------------------------------------------------------------------------
+
+class _Lifted(Module):
+    """Base of the module wrappers: builds the inner module, transforms its ``__call__``."""
+
+    _inner_name = "module"
+
+    @classmethod
+    def constructor(cls, module_constructor: tp.Callable[..., Module], **transform_kwargs: tp.Any
+                    ) -> tp.Callable[..., _Lifted]:
+        def create(*args: tp.Any, **kwargs: tp.Any) -> _Lifted:
+            return cls(module_constructor, **transform_kwargs, module_init_args=args,
+                       module_init_kwargs=kwargs)
+
+        return create
+
+    def __getattr__(self, name: str) -> tp.Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        inner = self.__dict__.get(type(self)._inner_name)
+        if inner is None:
+            raise AttributeError(name)
+        return getattr(inner, name)
+
+
+class Vmap(_Lifted):
+    """A module whose instances are vmapped: ``Vmap(Linear, axis_size=4, module_init_kwargs=
+    dict(in_features=2, out_features=3, rngs=rngs))`` holds 4 stacked Linears."""
+
+    _inner_name = "vmap_module"
+
+    def __init__(self, module_constructor: tp.Callable[..., Module], *, in_axes: tp.Any = 0,
+                 out_axes: tp.Any = 0, axis_name: tp.Any = None, axis_size: int | None = None,
+                 spmd_axis_name: tp.Any = None, in_axes_kwargs: tp.Any = 0,
+                 state_axes: tp.Mapping = _DEFAULT_STATE_AXES, split_rngs: tp.Any = ...,
+                 transform_metadata: tp.Mapping = {},  # noqa: B006 - read only
+                 module_init_args: tuple = (), module_init_kwargs: tp.Mapping = {},  # noqa: B006
+                 ) -> None:
+        self.module_constructor = module_constructor
+        self.in_axes = in_axes
+        self.out_axes = out_axes
+        self.axis_name = axis_name
+        self.axis_size = axis_size
+        self.spmd_axis_name = spmd_axis_name
+        self.in_axes_kwargs = in_axes_kwargs
+        self.state_axes = dict(state_axes)
+        self.split_rngs = split_rngs
+        self.transform_metadata = dict(transform_metadata)
+        self.vmap_module = vmap(
+            module_constructor, in_axes=None, axis_size=axis_size, state_axes=state_axes,
+            split_rngs=split_rngs, transform_metadata=transform_metadata,
+        )(*module_init_args, **dict(module_init_kwargs))
+
+    def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        in_axes = (None, *self.in_axes) if isinstance(self.in_axes, (tuple, list)) \
+            else self.in_axes
+        return vmap(
+            lambda module, *a, **k: module(*a, **k), in_axes=in_axes, out_axes=self.out_axes,
+            axis_name=self.axis_name, axis_size=self.axis_size,
+            spmd_axis_name=self.spmd_axis_name, in_axes_kwargs=self.in_axes_kwargs,
+            state_axes=self.state_axes, split_rngs=self.split_rngs,
+            transform_metadata=self.transform_metadata,
+        )(self.vmap_module, *args, **kwargs)
+
+
+class Scan(_Lifted):
+    """A stack of ``length`` modules applied in sequence with ``lax.scan``; the carry is the
+    call's argument number ``carry_argnum - 1`` (1 counts the module itself)."""
+
+    _inner_name = "scan_module"
+
+    def __init__(self, module_constructor: tp.Callable[..., Module], *,
+                 length: int | None = None, reverse: bool = False, unroll: int = 1,
+                 _split_transpose: bool = False, in_axes: tp.Any = 0, in_axes_kwargs: tp.Any = 0,
+                 out_axes: tp.Any = 0, carry_argnum: int = 1,
+                 state_axes: tp.Mapping = _DEFAULT_STATE_AXES, split_rngs: tp.Any = ...,
+                 transform_metadata: tp.Mapping = {},  # noqa: B006 - read only
+                 scan_output: bool = True,
+                 module_init_args: tuple = (), module_init_kwargs: tp.Mapping = {},  # noqa: B006
+                 ) -> None:
+        if length is None:
+            raise ValueError("nnx.Scan needs length= (the number of stacked modules).")
+        self.module_constructor = module_constructor
+        self.length = length
+        self.reverse = reverse
+        self.unroll = unroll
+        self._split_transpose = _split_transpose
+        self.in_axes = in_axes
+        self.in_axes_kwargs = in_axes_kwargs
+        self.out_axes = out_axes
+        self.carry_argnum = carry_argnum
+        self.state_axes = dict(state_axes)
+        self.split_rngs = split_rngs
+        self.transform_metadata = dict(transform_metadata)
+        self.scan_output = scan_output
+        self.scan_module = vmap(
+            module_constructor, in_axes=None, axis_size=length, state_axes=state_axes,
+            split_rngs=split_rngs, transform_metadata=transform_metadata,
+        )(*module_init_args, **dict(module_init_kwargs))
+
+    def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        n_args = len(args) + 1
+        in_axes = (None, *self.in_axes) if isinstance(self.in_axes, (tuple, list)) else tuple(
+            None if i in (0, self.carry_argnum) else self.in_axes for i in range(n_args))
+        return scan(
+            lambda module, *a, **k: module(*a, **k), length=self.length, reverse=self.reverse,
+            unroll=self.unroll, _split_transpose=self._split_transpose, in_axes=in_axes,
+            in_axes_kwargs=self.in_axes_kwargs, out_axes=self.out_axes,
+            carry_argnum=self.carry_argnum, state_axes=self.state_axes,
+            split_rngs=self.split_rngs, transform_metadata=self.transform_metadata,
+            scan_output=self.scan_output,
+        )(self.scan_module, *args, **kwargs)
+
+
+class Remat(_Lifted):
+    """A module whose ``__call__`` is rematerialized (``jax.checkpoint``) in the backward pass."""
+
+    _inner_name = "remat_module"
+
+    def __init__(self, module_constructor: tp.Callable[..., Module], prevent_cse: bool = True,
+                 static_argnums: tp.Any = (), policy: tp.Any = None, *,
+                 module_init_args: tuple = (), module_init_kwargs: tp.Mapping = {},  # noqa: B006
+                 ) -> None:
+        self.module_constructor = module_constructor
+        self.prevent_cse = prevent_cse
+        self.static_argnums = static_argnums
+        self.policy = policy
+        self.remat_module = module_constructor(*module_init_args, **dict(module_init_kwargs))
+
+    def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        nums = (self.static_argnums,) if isinstance(self.static_argnums, int) else tuple(
+            self.static_argnums)
+        return remat(lambda module, *a, **k: module(*a, **k), prevent_cse=self.prevent_cse,
+                     static_argnums=tuple(i + 1 for i in nums), policy=self.policy,
+                     )(self.remat_module, *args, **kwargs)
+
+
+class Jit(_Lifted):
+    """A module whose ``__call__`` runs under :func:`nnx.jit`."""
+
+    _inner_name = "jit_module"
+
+    def __init__(self, module_constructor: tp.Callable[..., Module], *,
+                 module_init_args: tuple = (), module_init_kwargs: tp.Mapping = {},  # noqa: B006
+                 **jit_kwargs: tp.Any) -> None:
+        self.module_constructor = module_constructor
+        self.jit_module = module_constructor(*module_init_args, **dict(module_init_kwargs))
+        object.__setattr__(self, "_jit_fn", None)
+        self.__dict__.pop("_jit_fn", None)
+        self._jit_kwargs = tuple(sorted(jit_kwargs.items()))
+
+    def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        fn = _JIT_CACHE.get(self._jit_kwargs)
+        if fn is None:
+            fn = _JIT_CACHE[self._jit_kwargs] = jit(_call_module, **dict(self._jit_kwargs))
+        return fn(self.jit_module, *args, **kwargs)
+
+
+def _call_module(module: Module, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+    return module(*args, **kwargs)
+
+
+_JIT_CACHE: dict[tuple, tp.Callable] = {}

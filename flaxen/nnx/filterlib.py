@@ -1,0 +1,233 @@
+"""Filters: which Variables a split, state, grad or transform applies to.
+
+A filter is any of: a Variable type (``nnx.Param``), a string (matches a path part such as an
+attribute name, or an RNG stream's tag), a callable ``(path, value) -> bool``, ``...`` or
+``True`` (everything), ``False`` or ``None`` (nothing), a list/tuple (any of them), or one of
+the combinators below. :func:`to_predicate` turns a filter into a ``(path, value) -> bool``.
+
+>>> from flaxen import nnx
+>>> is_param = nnx.filterlib.to_predicate(nnx.Param)
+>>> is_param(('kernel',), nnx.Param(1.0)), is_param(('mean',), nnx.BatchStat(0.0))
+(True, False)
+>>> nnx.filterlib.to_predicate(nnx.Not('bias'))(('layer', 'bias'), nnx.Param(0.0))
+False
+"""
+
+from __future__ import annotations
+
+import typing as tp
+
+from flaxen.errors import InvalidFilterError
+
+Path = tuple[tp.Any, ...]
+Predicate = tp.Callable[[Path, tp.Any], bool]
+Filter = tp.Union[type, str, Predicate, "type(Ellipsis)", bool, None, tp.Sequence[tp.Any]]
+
+
+def _value_type(value: tp.Any) -> type:
+    # a VariableState stands for a Variable of its .type
+    from flaxen.nnx.variables import VariableState
+
+    if isinstance(value, VariableState):
+        return value.type
+    return type(value)
+
+
+class OfType:
+    """Matches Variables (or VariableStates) of ``type`` or a subclass of it."""
+
+    __slots__ = ("type",)
+
+    def __init__(self, type: type) -> None:  # noqa: A002
+        self.type = type
+
+    def __call__(self, path: Path, value: tp.Any) -> bool:
+        t = _value_type(value)
+        return isinstance(t, type) and issubclass(t, self.type)
+
+    def __repr__(self) -> str:
+        return f"OfType({self.type.__name__})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OfType) and other.type is self.type
+
+    def __hash__(self) -> int:
+        return hash((OfType, self.type))
+
+
+class WithTag:
+    """Matches values whose ``tag`` attribute (RNG streams) equals ``tag``."""
+
+    __slots__ = ("tag",)
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+
+    def __call__(self, path: Path, value: tp.Any) -> bool:
+        return getattr(value, "tag", None) == self.tag
+
+    def __repr__(self) -> str:
+        return f"WithTag({self.tag!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WithTag) and other.tag == self.tag
+
+    def __hash__(self) -> int:
+        return hash((WithTag, self.tag))
+
+
+class PathContains:
+    """Matches values whose path has ``key`` as one of its parts, or whose tag is ``key``."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: tp.Any) -> None:
+        self.key = key
+
+    def __call__(self, path: Path, value: tp.Any) -> bool:
+        return self.key in path or getattr(value, "tag", None) == self.key
+
+    def __repr__(self) -> str:
+        return f"PathContains({self.key!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PathContains) and other.key == self.key
+
+    def __hash__(self) -> int:
+        return hash((PathContains, self.key))
+
+
+class Any:
+    """Matches when any of ``filters`` matches."""
+
+    __slots__ = ("predicates",)
+
+    def __init__(self, *filters: Filter) -> None:
+        self.predicates = tuple(to_predicate(f) for f in filters)
+
+    def __call__(self, path: Path, value: tp.Any) -> bool:
+        return any(p(path, value) for p in self.predicates)
+
+    def __repr__(self) -> str:
+        return f"Any({', '.join(map(repr, self.predicates))})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Any) and other.predicates == self.predicates
+
+    def __hash__(self) -> int:
+        return hash((Any, self.predicates))
+
+
+class All:
+    """Matches when every one of ``filters`` matches."""
+
+    __slots__ = ("predicates",)
+
+    def __init__(self, *filters: Filter) -> None:
+        self.predicates = tuple(to_predicate(f) for f in filters)
+
+    def __call__(self, path: Path, value: tp.Any) -> bool:
+        return all(p(path, value) for p in self.predicates)
+
+    def __repr__(self) -> str:
+        return f"All({', '.join(map(repr, self.predicates))})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, All) and other.predicates == self.predicates
+
+    def __hash__(self) -> int:
+        return hash((All, self.predicates))
+
+
+class Not:
+    """Matches when ``filter`` does not."""
+
+    __slots__ = ("predicate",)
+
+    def __init__(self, filter: Filter) -> None:  # noqa: A002
+        self.predicate = to_predicate(filter)
+
+    def __call__(self, path: Path, value: tp.Any) -> bool:
+        return not self.predicate(path, value)
+
+    def __repr__(self) -> str:
+        return f"Not({self.predicate!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Not) and other.predicate == self.predicate
+
+    def __hash__(self) -> int:
+        return hash((Not, self.predicate))
+
+
+class Everything:
+    """Matches everything."""
+
+    __slots__ = ()
+
+    def __call__(self, path: Path, value: tp.Any) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "Everything()"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Everything)
+
+    def __hash__(self) -> int:
+        return hash(Everything)
+
+
+class Nothing:
+    """Matches nothing."""
+
+    __slots__ = ()
+
+    def __call__(self, path: Path, value: tp.Any) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "Nothing()"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Nothing)
+
+    def __hash__(self) -> int:
+        return hash(Nothing)
+
+
+_EVERYTHING = Everything()
+_NOTHING = Nothing()
+
+
+def to_predicate(filter: Filter) -> Predicate:  # noqa: A002
+    """Turns any filter form into a ``(path, value) -> bool`` predicate."""
+    if isinstance(filter, (Everything, Nothing, OfType, WithTag, PathContains, Any, All, Not)):
+        return filter
+    if filter is Ellipsis or filter is True:
+        return _EVERYTHING
+    if filter is None or filter is False:
+        return _NOTHING
+    if isinstance(filter, str):
+        return PathContains(filter)
+    if isinstance(filter, type):
+        return OfType(filter)
+    if isinstance(filter, (list, tuple)):
+        if len(filter) == 1:
+            return to_predicate(filter[0])
+        return Any(*filter)
+    if callable(filter):
+        return filter
+    raise InvalidFilterError(filter)
+
+
+def filters_to_predicates(filters: tp.Sequence[Filter]) -> tuple[Predicate, ...]:
+    """Predicates for a split: ``...``/``True`` may only come last (it takes the rest)."""
+    preds = tuple(to_predicate(f) for f in filters)
+    for i, p in enumerate(preds[:-1]):
+        if isinstance(p, Everything):
+            raise ValueError(
+                f"Filter number {i} of {list(filters)!r} matches everything, so the filters "
+                "after it would get nothing. Put '...' (or True) last."
+            )
+    return preds

@@ -1,0 +1,174 @@
+"""RNG streams as module state: ``Rngs``, ``RngStream`` and the key/count Variables.
+
+Each stream holds a base key (:class:`RngKey`) and a counter (:class:`RngCount`); calling it
+returns ``jax.random.fold_in(key, count)`` and increments the count, so the keys a model
+draws are reproducible and, inside transforms, traced like any other state.
+
+>>> import jax
+>>> from flaxen import nnx
+>>> rngs = nnx.Rngs(0, dropout=1)
+>>> k1, k2 = rngs.params(), rngs.params()     # 'params' falls back to the default stream
+>>> bool((jax.random.key_data(k1) != jax.random.key_data(k2)).any())
+True
+>>> int(rngs.default.count.value), int(rngs['dropout'].count.value)
+(2, 0)
+"""
+
+from __future__ import annotations
+
+import typing as tp
+
+import jax
+import numpy as np
+
+from flaxen.nnx import filterlib
+from flaxen.nnx._graph_engine import GraphNode
+from flaxen.nnx.state import State
+from flaxen.nnx.variables import Variable
+
+SplitPattern = int | tuple[int, ...] | None
+
+
+class RngState(Variable[jax.Array]):
+    """Base kind of RNG state; the ``tag`` metadata names the stream."""
+
+    __slots__ = ()
+
+
+class RngKey(RngState):
+    __slots__ = ()
+
+
+class RngCount(RngState):
+    __slots__ = ()
+
+
+def _to_key(value: tp.Any, tag: str) -> jax.Array:
+    if isinstance(value, (int, np.integer)):
+        return jax.random.key(int(value))
+    if isinstance(value, jax.Array) or isinstance(value, np.ndarray):
+        return value
+    raise TypeError(
+        f"Rngs stream {tag!r}: expected an int seed or a JAX PRNG key, got "
+        f"{type(value).__name__}."
+    )
+
+
+class RngStream(GraphNode):
+    """One named stream: ``stream()`` gives a fresh key; ``stream.fork(n)`` n split keys."""
+
+    def __init__(self, tag: str, key: tp.Any, count: tp.Any = 0) -> None:
+        self.tag = tag
+        self.key = RngKey(_to_key(key, tag), tag=tag)
+        self.count = RngCount(np.uint32(count) if isinstance(count, int) else count, tag=tag)
+
+    def __call__(self) -> jax.Array:
+        count = self.count
+        c = count.value
+        key = jax.random.fold_in(self.key.value, c)
+        count.value = c + 1
+        return key
+
+    def fork(self, pattern: SplitPattern = None) -> jax.Array:
+        key = self()
+        if pattern is None:
+            return key
+        return jax.random.split(key, pattern)
+
+    def __repr__(self) -> str:
+        return f"RngStream(tag={self.tag!r}, count={self.count.value!r})"
+
+
+class Rngs(GraphNode):
+    """Named RNG streams. ``Rngs(0)`` or ``Rngs(params=0, dropout=1)`` or both.
+
+    ``rngs.name()`` / ``rngs['name']()`` / ``rngs()`` (the ``default`` stream) return fresh
+    keys; a stream that was not given falls back to ``default`` when there is one.
+    """
+
+    def __init__(self, default: tp.Any = None, /, **rngs: tp.Any) -> None:
+        if default is not None:
+            rngs = {"default": default, **rngs}
+        for tag, key in rngs.items():
+            if isinstance(key, RngStream):
+                key = key.key.value
+            object.__setattr__(self, tag, RngStream(tag, key))
+        from flaxen.nnx._trace import bump
+
+        bump()
+
+    def _stream(self, name: str) -> RngStream:
+        d = self.__dict__
+        stream = d.get(name)
+        if stream is None:
+            stream = d.get("default")
+            if stream is None:
+                raise AttributeError(
+                    f"No RNG stream named {name!r} in this Rngs (it has "
+                    f"{sorted(d) or 'none'}), and no 'default' stream to fall back to. "
+                    f"Create it with nnx.Rngs({name}=seed) or give a default: nnx.Rngs(seed)."
+                )
+        return stream
+
+    def __getattr__(self, name: str) -> RngStream:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._stream(name)
+
+    def __getitem__(self, name: str) -> RngStream:
+        try:
+            return self._stream(name)
+        except AttributeError as e:
+            raise KeyError(str(e)) from None
+
+    def __call__(self) -> jax.Array:
+        return self._stream("default")()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.__dict__
+
+    def __iter__(self) -> tp.Iterator[str]:
+        return iter(self.__dict__)
+
+    def __len__(self) -> int:
+        return len(self.__dict__)
+
+    def items(self) -> tp.Iterator[tuple[str, RngStream]]:
+        return iter(self.__dict__.items())
+
+    def fork(self, pattern: SplitPattern = None, /, **per_stream: SplitPattern
+             ) -> dict[str, jax.Array]:
+        """A new key (or ``split`` keys, by ``pattern``) per stream, advancing each stream."""
+        return {tag: s.fork(per_stream.get(tag, pattern)) for tag, s in self.__dict__.items()}
+
+    def __repr__(self) -> str:
+        return f"Rngs({', '.join(self.__dict__)})"
+
+
+def fork(state: State, split_filter: filterlib.Filter, split_pattern: SplitPattern
+         ) -> tuple[State, State]:
+    """Splits the RNG keys matching ``split_filter`` into ``split_pattern`` keys.
+
+    Returns ``(split_state, broadcast_state)``: matching streams get ``split(fold_in(key,
+    count), split_pattern)`` as their key and count 0, the rest are returned unchanged.
+    """
+    pred = filterlib.to_predicate(split_filter)
+    flat = state.flat_state()
+    split_items, bcast_items = [], []
+    for path, leaf in flat.items():
+        if leaf.type is RngKey and pred(path, leaf):
+            count_path = (*path[:-1], "count")
+            count = flat[count_path].value
+            new = jax.random.split(jax.random.fold_in(leaf.value, count), split_pattern)
+            split_items.append((path, leaf.replace(new)))
+        else:
+            bcast_items.append((path, leaf))
+    split_paths = {p[:-1] for p, _ in split_items}
+    final_bcast = []
+    for path, leaf in bcast_items:
+        if leaf.type is RngCount and path[:-1] in split_paths:
+            shape = split_pattern if isinstance(split_pattern, tuple) else (split_pattern,)
+            split_items.append((path, leaf.replace(np.zeros(shape, np.uint32))))
+        else:
+            final_bcast.append((path, leaf))
+    return State.from_flat_path(split_items), State.from_flat_path(final_bcast)

@@ -1,0 +1,1 @@
+"""NNX training helpers: ``Optimizer`` (Optax on a model's Params) and ``metrics``."""

@@ -1,0 +1,112 @@
+"""``nnx.Optimizer``: an Optax transformation bound to a model, updated in place.
+
+>>> import jax.numpy as jnp, optax
+>>> from flaxen import nnx
+>>> model = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
+>>> opt = nnx.Optimizer(model, optax.sgd(0.1))
+>>> grads = nnx.grad(lambda m: jnp.sum(m(jnp.ones((1, 2)))))(model)
+>>> opt.update(grads)
+>>> int(opt.step.value)
+1
+"""
+
+from __future__ import annotations
+
+import typing as tp
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from flaxen.nnx import filterlib
+from flaxen.nnx.graph import state as _state
+from flaxen.nnx.graph import update as _update
+from flaxen.nnx.module import Module
+from flaxen.nnx.state import State
+from flaxen.nnx.variables import Param, Variable, VariableState
+
+
+class OptState(Variable):
+    """One leaf of an Optax optimizer state."""
+
+    __slots__ = ()
+
+
+class OptArray(OptState):
+    __slots__ = ()
+
+
+def _values(tree: tp.Any) -> tp.Any:
+    """A State of VariableStates (or arrays) as plain nested dicts of arrays."""
+    if isinstance(tree, State):
+        return {k: _values(v) for k, v in tree.raw_mapping.items()}
+    if isinstance(tree, VariableState):
+        return tree.value
+    return tree
+
+
+class Optimizer(Module):
+    """Holds ``model``, ``tx`` (an Optax GradientTransformation), ``opt_state`` and ``step``.
+
+    ``update(grads)`` applies ``tx`` to the model's ``wrt`` state (``nnx.Param`` by default)
+    in place; ``grads`` must have the same structure as ``nnx.state(model, wrt)``.
+    """
+
+    def __init__(self, model: Module, tx: optax.GradientTransformation,
+                 wrt: filterlib.Filter = Param) -> None:
+        self.step = OptState(jnp.array(0, dtype=jnp.uint32))
+        self.model = model
+        self.tx = tx
+        self.wrt = wrt
+        params = _values(_state(model, wrt))
+        leaves, treedef = jax.tree_util.tree_flatten(tx.init(params))
+        # a tuple of Variables (not a list) so the graph walk knows it cannot change size
+        self._opt_leaves = tuple(OptArray(x) for x in leaves)
+        self._opt_treedef = treedef
+
+    @property
+    def opt_state(self) -> tp.Any:
+        return self._opt_treedef.unflatten([v.value for v in self._opt_leaves])
+
+    def update(self, grads: State, **kwargs: tp.Any) -> None:
+        params_state = _state(self.model, self.wrt)
+        params = _values(params_state)
+        grad_values = _values(grads)
+        p_def = jax.tree_util.tree_structure(params)
+        g_def = jax.tree_util.tree_structure(grad_values)
+        if p_def != g_def:
+            _raise_mismatch(params_state, grads)
+        updates, new_opt_state = self.tx.update(grad_values, self.opt_state, params, **kwargs)
+        new_params = optax.apply_updates(params, updates)
+        for var, x in zip(self._opt_leaves, jax.tree_util.tree_leaves(new_opt_state)):
+            var.value = x
+        _update(self.model, _as_state(params_state, new_params))
+        self.step.value = self.step.value + 1
+
+
+def _as_state(template: State, values: dict) -> State:
+    out = {}
+    for k, v in template.raw_mapping.items():
+        if isinstance(v, State):
+            out[k] = _as_state(v, values[k])
+        else:
+            out[k] = v.replace(values[k])
+    return State._from_raw(out)
+
+
+def _raise_mismatch(params: State, grads: tp.Any) -> tp.NoReturn:
+    p_paths = set(params.flat_state())
+    g_paths = set(State(grads).flat_state()) if isinstance(grads, (State, dict)) else set()
+    missing = sorted(p_paths - g_paths, key=str)
+    extra = sorted(g_paths - p_paths, key=str)
+    where = []
+    if missing:
+        where.append(f"missing {'/' + '/'.join(map(str, missing[0]))}")
+    if extra:
+        where.append(f"unexpected {'/' + '/'.join(map(str, extra[0]))}")
+    detail = ", ".join(where) or "same paths but different nesting or leaf types"
+    raise ValueError(
+        f"Optimizer.update: the gradients do not have the structure of the model's parameters "
+        f"({detail}). Compute them with nnx.grad(loss_fn, wrt=...) on the same model and the "
+        "same wrt filter as the Optimizer."
+    )
