@@ -1,0 +1,497 @@
+"""Pure attention functions: masks, attention weights and dot-product attention.
+
+Nothing here depends on ``Module``; ``flaxen.linen.attention`` re-exports these under
+Flax's names and the NNX layers reuse them. A module-like object passed as ``module``
+only needs a ``sow`` method.
+
+Long sequences take a memory-lean path: when nobody asks for the attention weights
+(no ``module`` to sow them into, no dropout, no bias, no custom einsum), attention is
+computed a block of queries at a time with a hand-written backward pass that recomputes
+each block's weights instead of keeping the whole ``[heads, q_len, kv_len]`` matrix
+alive for the gradient. Its results equal the plain computation to float rounding.
+
+>>> import jax.numpy as jnp
+>>> q = jnp.ones((2, 3, 4, 8))   # [batch, q_length, num_heads, depth]
+>>> k = v = jnp.ones((2, 5, 4, 8))
+>>> dot_product_attention(q, k, v).shape
+(2, 3, 4, 8)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from flaxen.linen._layer_errors import LayerRankError, LayerShapeError
+from flaxen.linen.dtypes import promote_dtype
+
+Array = Any
+Dtype = Any
+PrecisionLike = Any
+
+__all__ = [
+    "combine_masks",
+    "dot_product_attention",
+    "dot_product_attention_weights",
+    "make_attention_mask",
+    "make_causal_mask",
+]
+
+# Query block of the memory-lean path; below _BLOCKWISE_MIN_ELEMENTS (q_len * kv_len) the
+# whole weight matrix is small and the plain path is as good.
+_Q_BLOCK = 256
+_BLOCKWISE_MIN_ELEMENTS = 512 * 512
+
+
+# --- masks ------------------------------------------------------------------------------
+
+
+def make_attention_mask(
+    query_input: Array,
+    key_input: Array,
+    pairwise_fn: Callable[..., Any] = jnp.multiply,
+    extra_batch_dims: int = 0,
+    dtype: Dtype = jnp.float32,
+) -> Array:
+    """Builds an attention mask from per-position query and key values.
+
+    ``query_input`` is ``[batch..., len_q]`` and ``key_input`` ``[batch..., len_kv]``;
+    the result is ``pairwise_fn(query[..., :, None], key[..., None, :])`` with a head axis
+    of size 1 inserted, shape ``[batch..., 1, len_q, len_kv]``, cast to ``dtype``.
+    ``extra_batch_dims`` adds that many leading singleton axes.
+
+    >>> import jax.numpy as jnp
+    >>> tokens = jnp.array([[5, 7, 0]])          # 0 is padding
+    >>> make_attention_mask(tokens > 0, tokens > 0)[0, 0]
+    Array([[1., 1., 0.],
+           [1., 1., 0.],
+           [0., 0., 0.]], dtype=float32)
+    """
+    mask = pairwise_fn(jnp.expand_dims(query_input, -1), jnp.expand_dims(key_input, -2))
+    mask = jnp.expand_dims(mask, -3)
+    mask = mask.reshape((1,) * extra_batch_dims + mask.shape)
+    return mask.astype(dtype)
+
+
+def make_causal_mask(x: Array, extra_batch_dims: int = 0, dtype: Dtype = jnp.float32) -> Array:
+    """A causal (lower-triangular) mask for self-attention over ``x``'s last axis.
+
+    Only ``x``'s shape ``[batch..., len]`` is used; the result ``[batch..., 1, len, len]``
+    lets query ``i`` attend to key ``j`` exactly when ``j <= i``.
+
+    >>> import jax.numpy as jnp
+    >>> make_causal_mask(jnp.ones((1, 3)))[0, 0]
+    Array([[1., 0., 0.],
+           [1., 1., 0.],
+           [1., 1., 1.]], dtype=float32)
+    """
+    positions = jnp.broadcast_to(jnp.arange(x.shape[-1], dtype=jnp.int32), x.shape)
+    return make_attention_mask(
+        positions, positions, jnp.greater_equal, extra_batch_dims=extra_batch_dims, dtype=dtype
+    )
+
+
+def combine_masks(*masks: Array | None, dtype: Dtype = jnp.float32) -> Array | None:
+    """Logical AND of the given masks (``None`` entries are skipped), cast to ``dtype``.
+
+    Returns ``None`` when every mask is ``None``. All masks must have the same rank.
+
+    >>> import jax.numpy as jnp
+    >>> combine_masks(jnp.array([1, 1, 0]), None, jnp.array([0, 1, 1]))
+    Array([0., 1., 0.], dtype=float32)
+    """
+    present = [m for m in masks if m is not None]
+    if not present:
+        return None
+    ranks = [m.ndim for m in present]
+    if len(set(ranks)) != 1:
+        raise LayerRankError(
+            f"combine_masks: masks must have same rank, but got masks of shapes "
+            f"{[tuple(m.shape) for m in present]}. Reshape them (e.g. with jnp.expand_dims) "
+            "to one rank before combining."
+        )
+    out = present[0]
+    for m in present[1:]:
+        out = jnp.logical_and(out, m)
+    return out.astype(dtype)
+
+
+# --- input checks -----------------------------------------------------------------------
+
+
+def _check_qk(fn: str, query: Array, key: Array, value: Array | None) -> None:
+    named = [("query", query), ("key", key)] + ([("value", value)] if value is not None else [])
+    layout = "[batch..., length, num_heads, depth]"
+    for name, a in named:
+        if a.ndim < 3:
+            raise LayerRankError(
+                f"{fn}: {name} must have shape {layout} (rank >= 3), but got shape "
+                f"{tuple(a.shape)}. Add the missing axes, e.g. a num_heads axis of size 1."
+            )
+    if len({a.ndim for _, a in named}) != 1:
+        shapes = ", ".join(f"{n}={tuple(a.shape)}" for n, a in named)
+        raise LayerRankError(
+            f"{fn}: q, k, v must have same rank, but got {shapes}. Each must be "
+            f"{layout} with the same batch axes."
+        )
+    batch = query.shape[:-3]
+    for name, a in named[1:]:
+        if a.shape[:-3] != batch:
+            raise LayerShapeError(
+                f"{fn}: q, k, v batch dims must match, but query has batch dims {batch} and "
+                f"{name} has {tuple(a.shape[:-3])} (full shapes query={tuple(query.shape)}, "
+                f"{name}={tuple(a.shape)})."
+            )
+        if a.shape[-2] != query.shape[-2]:
+            raise LayerShapeError(
+                f"{fn}: q, k, v num_heads must match, but query has {query.shape[-2]} heads "
+                f"(axis -2 of {tuple(query.shape)}) and {name} has {a.shape[-2]} "
+                f"({tuple(a.shape)})."
+            )
+    if key.shape[-1] != query.shape[-1]:
+        raise LayerShapeError(
+            f"{fn}: q, k depths must match, but query has depth {query.shape[-1]} "
+            f"({tuple(query.shape)}) and key has depth {key.shape[-1]} ({tuple(key.shape)}). "
+            "Project both to the same qk_depth_per_head."
+        )
+    if value is not None and value.shape[-3] != key.shape[-3]:
+        raise LayerShapeError(
+            f"{fn}: k, v lengths must match, but key has length {key.shape[-3]} "
+            f"({tuple(key.shape)}) and value has length {value.shape[-3]} ({tuple(value.shape)})."
+        )
+
+
+def _check_broadcastable(fn: str, name: str, arr: Array, target: tuple[int, ...]) -> None:
+    shape = tuple(arr.shape)
+    ok = len(shape) <= len(target) and all(
+        s in (1, t) for s, t in zip(shape[::-1], target[::-1])
+    )
+    if not ok:
+        raise LayerShapeError(
+            f"{fn}: {name} of shape {shape} does not broadcast to the attention weights' "
+            f"shape {target} = [batch..., num_heads, q_length, kv_length]. Give the {name} "
+            "that shape, with size-1 axes where it is shared (e.g. make_attention_mask gives "
+            "[batch..., 1, q_length, kv_length])."
+        )
+
+
+def _einsum_fn(einsum_dot_general: Callable[..., Array] | None) -> Callable[..., Array]:
+    if einsum_dot_general is None:
+        return jnp.einsum
+    return functools.partial(jnp.einsum, _dot_general=einsum_dot_general)
+
+
+# --- attention --------------------------------------------------------------------------
+
+
+def dot_product_attention_weights(
+    query: Array,
+    key: Array,
+    bias: Array | None = None,
+    mask: Array | None = None,
+    broadcast_dropout: bool = True,
+    dropout_rng: Array | None = None,
+    dropout_rate: float = 0.0,
+    deterministic: bool = False,
+    dtype: Dtype | None = None,
+    precision: PrecisionLike = None,
+    module: Any | None = None,
+    force_fp32_for_softmax: bool = False,
+    einsum_dot_general: Callable[..., Array] | None = None,
+    einsum: Callable[..., Array] | None = None,
+) -> Array:
+    """Attention weights ``softmax(query . key / sqrt(depth) + bias)`` over the key axis.
+
+    ``query`` is ``[batch..., q_length, num_heads, depth]`` and ``key``
+    ``[batch..., kv_length, num_heads, depth]``; the result is
+    ``[batch..., num_heads, q_length, kv_length]``. ``bias`` is added to the logits and
+    where ``mask`` is False (or 0) the logit becomes the dtype's most negative value; both
+    must broadcast to the result's shape. With ``deterministic=False`` and
+    ``dropout_rate > 0`` the weights are dropped out with ``dropout_rng`` and rescaled;
+    ``broadcast_dropout`` shares one dropout pattern across batch and head axes. ``dtype``
+    defaults to the promoted dtype of ``query`` and ``key``. With a ``module``, the
+    weights (before dropout) are sown into its ``'intermediates'`` collection as
+    ``'attention_weights'``. ``force_fp32_for_softmax`` runs the softmax of half-precision
+    logits in float32 (and returns float32 weights).
+
+    >>> import jax.numpy as jnp
+    >>> w = dot_product_attention_weights(jnp.ones((3, 2, 4)), jnp.ones((5, 2, 4)))
+    >>> w.shape, float(w[0, 0].sum())
+    ((2, 3, 5), 1.0)
+    """
+    fn = "dot_product_attention_weights"
+    query, key = promote_dtype(query, key, dtype=dtype)
+    dtype = query.dtype
+    _check_qk(fn, query, key, None)
+    target = query.shape[:-3] + (query.shape[-2], query.shape[-3], key.shape[-3])
+    if bias is not None:
+        _check_broadcastable(fn, "bias", bias, target)
+    if mask is not None:
+        _check_broadcastable(fn, "mask", mask, target)
+    if einsum is None:
+        einsum = _einsum_fn(einsum_dot_general)
+
+    # Scaling the query (not the logits) keeps the product in range for low precision.
+    query = query / jnp.sqrt(query.shape[-1]).astype(dtype)
+    weights = einsum("...qhd,...khd->...hqk", query, key, precision=precision)
+    if bias is not None:
+        weights = weights + bias
+    if mask is not None:
+        weights = jnp.where(mask, weights, jnp.finfo(dtype).min)
+    if force_fp32_for_softmax and dtype != jnp.float32:
+        weights = jax.nn.softmax(weights.astype(jnp.float32))
+    else:
+        weights = jax.nn.softmax(weights).astype(dtype)
+
+    if module is not None:
+        module.sow("intermediates", "attention_weights", weights)
+
+    if not deterministic and dropout_rate > 0.0:
+        if dropout_rng is None:
+            raise TypeError(
+                f"{fn}: dropout_rate={dropout_rate} with deterministic=False needs a "
+                "dropout_rng, but dropout_rng is None. Pass dropout_rng=<PRNG key>, or "
+                "deterministic=True to turn dropout off."
+            )
+        keep_prob = 1.0 - dropout_rate
+        if broadcast_dropout:
+            # One pattern for all batch and head axes: only (q_length, kv_length) varies.
+            shape = (1,) * (key.ndim - 2) + weights.shape[-2:]
+        else:
+            shape = weights.shape
+        keep = jax.random.bernoulli(dropout_rng, keep_prob, shape)
+        weights = weights * (keep.astype(weights.dtype) / jnp.asarray(keep_prob, dtype=dtype))
+    return weights
+
+
+def dot_product_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    bias: Array | None = None,
+    mask: Array | None = None,
+    broadcast_dropout: bool = True,
+    dropout_rng: Array | None = None,
+    dropout_rate: float = 0.0,
+    deterministic: bool = False,
+    dtype: Dtype | None = None,
+    precision: PrecisionLike = None,
+    module: Any | None = None,
+    force_fp32_for_softmax: bool = False,
+    einsum_dot_general: Callable[..., Array] | None = None,
+    qk_attn_weights_einsum: Callable[..., Array] | None = None,
+    attn_weights_value_einsum: Callable[..., Array] | None = None,
+) -> Array:
+    """Dot-product attention: the attention weights applied to ``value``.
+
+    ``query`` ``[batch..., q_length, num_heads, qk_depth]``, ``key``
+    ``[batch..., kv_length, num_heads, qk_depth]`` and ``value``
+    ``[batch..., kv_length, num_heads, v_depth]`` (any number of batch axes, including
+    none) give ``[batch..., q_length, num_heads, v_depth]``. The other arguments are those
+    of :func:`dot_product_attention_weights`; ``qk_attn_weights_einsum`` and
+    ``attn_weights_value_einsum`` replace the two einsums.
+
+    For long sequences with no weights requested (no ``module``, no dropout, no ``bias``,
+    no custom einsum) the weights are computed one block of queries at a time and never
+    held whole, which cuts the memory of a forward+backward pass several-fold.
+
+    >>> import jax, jax.numpy as jnp
+    >>> q = k = v = jax.random.normal(jax.random.PRNGKey(0), (2, 6, 4, 8))
+    >>> causal = make_causal_mask(jnp.ones((2, 6)))
+    >>> dot_product_attention(q, k, v, mask=causal).shape
+    (2, 6, 4, 8)
+    """
+    fn = "dot_product_attention"
+    query, key, value = promote_dtype(query, key, value, dtype=dtype)
+    dtype = query.dtype
+    _check_qk(fn, query, key, value)
+    target = query.shape[:-3] + (query.shape[-2], query.shape[-3], key.shape[-3])
+    if mask is not None:
+        _check_broadcastable(fn, "mask", mask, target)
+
+    dropout_active = not deterministic and dropout_rate > 0.0
+    plain_only = (
+        module is not None
+        or dropout_active
+        or bias is not None
+        or einsum_dot_general is not None
+        or qk_attn_weights_einsum is not None
+        or attn_weights_value_einsum is not None
+        or jnp.issubdtype(dtype, jnp.complexfloating)
+    )
+    if not plain_only and query.shape[-3] * key.shape[-3] >= _BLOCKWISE_MIN_ELEMENTS:
+        return _blockwise(query, key, value, mask, precision, force_fp32_for_softmax)
+
+    weights = dot_product_attention_weights(
+        query,
+        key,
+        bias,
+        mask,
+        broadcast_dropout,
+        dropout_rng,
+        dropout_rate,
+        deterministic,
+        dtype,
+        precision,
+        module,
+        force_fp32_for_softmax,
+        einsum_dot_general=einsum_dot_general,
+        einsum=qk_attn_weights_einsum,
+    )
+    einsum = attn_weights_value_einsum or _einsum_fn(einsum_dot_general)
+    return einsum("...hqk,...khd->...qhd", weights, value, precision=precision)
+
+
+# --- memory-lean blockwise path ---------------------------------------------------------
+
+
+def _blockwise(query, key, value, mask, precision, force_fp32):
+    """Flattens batch axes, pads q_length to whole blocks and runs the blockwise kernel."""
+    dtype = query.dtype
+    batch = query.shape[:-3]
+    q_len, heads = query.shape[-3], query.shape[-2]
+    kv_len = key.shape[-3]
+    nb = 1
+    for d in batch:
+        nb *= d
+    q = query.reshape((nb,) + query.shape[-3:])
+    k = key.reshape((nb,) + key.shape[-3:])
+    v = value.reshape((nb,) + value.shape[-3:])
+    q = q / jnp.sqrt(q.shape[-1]).astype(dtype)
+
+    if mask is not None:
+        mask = jnp.asarray(mask).astype(bool)
+        full = batch + (heads, q_len, kv_len)
+        mask = mask.reshape((1,) * (len(full) - mask.ndim) + mask.shape)
+        mb = mask.shape[: len(batch)]
+        if all(d == 1 for d in mb):
+            mask = mask.reshape((1,) + mask.shape[len(batch):])
+        else:
+            mask = jnp.broadcast_to(mask, batch + mask.shape[len(batch):])
+            mask = mask.reshape((nb,) + mask.shape[len(batch):])
+        # Keys are never split, so only the kv axis needs its full size.
+        mask = jnp.broadcast_to(mask, mask.shape[:-1] + (kv_len,))
+
+    block = min(_Q_BLOCK, q_len)
+    pad = -q_len % block
+    if pad:
+        q = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0)))
+        if mask is not None and mask.shape[-2] != 1:
+            mask = jnp.pad(mask, ((0, 0), (0, 0), (0, pad), (0, 0)), constant_values=True)
+    out = _blockwise_attention(q, k, v, mask, block, precision, force_fp32)
+    out = out[:, :q_len]
+    return out.reshape(batch + out.shape[1:])
+
+
+def _to_blocks(x: Array, axis: int, block: int) -> Array:
+    """Splits ``axis`` into (n_blocks, block) and moves n_blocks to the front."""
+    x = x.reshape(x.shape[:axis] + (x.shape[axis] // block, block) + x.shape[axis + 1:])
+    return jnp.moveaxis(x, axis, 0)
+
+
+def _from_blocks(x: Array, axis: int) -> Array:
+    x = jnp.moveaxis(x, 0, axis)
+    return x.reshape(x.shape[:axis] + (-1,) + x.shape[axis + 2:])
+
+
+def _scan_blocks(body, carry, xs, blocked_mask, shared_mask):
+    """Scans ``body(carry, xs, mask_block)`` over query blocks.
+
+    A mask whose q axis has size 1 is the same for every block, so it is closed over
+    rather than scanned.
+    """
+    if blocked_mask is None:
+        return lax.scan(lambda c, x: body(c, x, shared_mask), carry, xs)
+    return lax.scan(lambda c, x: body(c, x[0], x[1]), carry, (xs, blocked_mask))
+
+
+def _logits(qb, k, maskb, precision, force_fp32):
+    s = jnp.einsum("bqhd,bkhd->bhqk", qb, k, precision=precision)
+    if maskb is not None:
+        s = jnp.where(maskb, s, jnp.finfo(s.dtype).min)
+    if force_fp32 and s.dtype != jnp.float32:
+        s = s.astype(jnp.float32)
+    return s
+
+
+def _weights_dtype(dtype, force_fp32):
+    return jnp.dtype(jnp.float32) if force_fp32 else jnp.dtype(dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _blockwise_attention(q, k, v, mask, block, precision, force_fp32):
+    return _blockwise_fwd(q, k, v, mask, block, precision, force_fp32)[0]
+
+
+def _split_mask(mask, block):
+    """(blocked mask or None, shared mask or None) for scanning over query blocks."""
+    if mask is None or mask.shape[-2] == 1:
+        return None, mask
+    return _to_blocks(mask, 2, block), None
+
+
+def _blockwise_fwd(q, k, v, mask, block, precision, force_fp32):
+    wdtype = _weights_dtype(q.dtype, force_fp32)
+    blocked_mask, shared = _split_mask(mask, block)
+
+    def body(_, xs, mb):
+        (qb,) = xs
+        s = _logits(qb, k, mb, precision, force_fp32)
+        # The same arithmetic as jax.nn.softmax, keeping the pieces for the backward pass.
+        m = jnp.max(s, axis=-1, keepdims=True)
+        e = jnp.exp(s - m)
+        total = jnp.sum(e, axis=-1, keepdims=True)
+        p = (e / total).astype(wdtype)
+        out = jnp.einsum("bhqk,bkhd->bqhd", p, v, precision=precision)
+        # Max and sum kept apart: m + log(total) loses log(total) when m is the dtype's
+        # minimum (a fully masked row).
+        stats = jnp.concatenate([m, total], axis=-1).astype(jnp.float32)
+        return None, (out, stats)
+
+    xs = (_to_blocks(q, 1, block),)
+    _, (out, stats) = _scan_blocks(body, None, xs, blocked_mask, shared)
+    out = _from_blocks(out, 1)
+    return out, (q, k, v, mask, out, _from_blocks(stats, 2))
+
+
+def _blockwise_bwd(block, precision, force_fp32, res, d_out):
+    q, k, v, mask, out, stats = res
+    wdtype = _weights_dtype(q.dtype, force_fp32)
+    blocked_mask, shared = _split_mask(mask, block)
+    # rowsum(P * dP) == rowsum(dO * O): one small reduction instead of a full matrix one.
+    delta = jnp.einsum("bqhd,bqhd->bhq", d_out.astype(jnp.float32), out.astype(jnp.float32))
+
+    def body(carry, xs, mb):
+        dk, dv = carry
+        qb, dob, statsb, deltab = xs
+        s = _logits(qb, k, mb, precision, force_fp32)
+        p = jnp.exp(s.astype(jnp.float32) - statsb[..., :1]) / statsb[..., 1:]
+        pw = p.astype(wdtype)
+        dv = dv + jnp.einsum("bhqk,bqhd->bkhd", pw, dob, precision=precision).astype(dv.dtype)
+        dp = jnp.einsum("bqhd,bkhd->bhqk", dob, v, precision=precision).astype(jnp.float32)
+        ds = p * (dp - deltab[..., None])
+        if mb is not None:
+            ds = jnp.where(mb, ds, 0.0)
+        ds = ds.astype(q.dtype)
+        dqb = jnp.einsum("bhqk,bkhd->bqhd", ds, k, precision=precision)
+        dk = dk + jnp.einsum("bhqk,bqhd->bkhd", ds, qb, precision=precision).astype(dk.dtype)
+        return (dk, dv), dqb
+
+    xs = (
+        _to_blocks(q, 1, block),
+        _to_blocks(d_out, 1, block),
+        _to_blocks(stats, 2, block),
+        _to_blocks(delta, 2, block),
+    )
+    init = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32))
+    (dk, dv), dq = _scan_blocks(body, init, xs, blocked_mask, shared)
+    dq = _from_blocks(dq, 1).astype(q.dtype)
+    return dq, dk.astype(k.dtype), dv.astype(v.dtype), None
+
+
+_blockwise_attention.defvjp(_blockwise_fwd, _blockwise_bwd)

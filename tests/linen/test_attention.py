@@ -1,0 +1,300 @@
+"""Tests for flaxen.linen.attention: masks, attention functions, the blockwise path, Modules."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from flaxen.linen import _attention_fns as fns
+from flaxen.linen.attention import (
+    combine_masks,
+    dot_product_attention,
+    dot_product_attention_weights,
+    make_attention_mask,
+    make_causal_mask,
+)
+
+
+def _qkv(shape_q, kv_len, seed=0, dtype=jnp.float32, v_depth=None):
+    kq, kk, kv = jax.random.split(jax.random.PRNGKey(seed), 3)
+    shape_k = shape_q[:-3] + (kv_len,) + shape_q[-2:]
+    shape_v = shape_k[:-1] + (v_depth or shape_q[-1],)
+    return (
+        jax.random.normal(kq, shape_q, dtype),
+        jax.random.normal(kk, shape_k, dtype),
+        jax.random.normal(kv, shape_v, dtype),
+    )
+
+
+@pytest.fixture
+def force_blockwise(monkeypatch):
+    """Makes tiny inputs take the blockwise path, with a block that does not divide q_len."""
+    monkeypatch.setattr(fns, "_BLOCKWISE_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(fns, "_Q_BLOCK", 4)
+
+
+def _reference_attention(q, k, v, mask=None, bias=None):
+    """Attention written out from its definition, in float64 numpy."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    logits = np.einsum("...qhd,...khd->...hqk", q / np.sqrt(q.shape[-1]), k)
+    if bias is not None:
+        logits = logits + np.asarray(bias, np.float64)
+    if mask is not None:
+        logits = np.where(np.asarray(mask) != 0, logits, -1e30)
+    logits = logits - logits.max(-1, keepdims=True)
+    w = np.exp(logits)
+    w = w / w.sum(-1, keepdims=True)
+    return np.einsum("...hqk,...khd->...qhd", w, v), w
+
+
+# --- masks ------------------------------------------------------------------------------
+
+
+def test_make_attention_mask_padding_shape_and_values():
+    q_tokens = jnp.array([[3, 4, 0], [1, 0, 0]])
+    k_tokens = jnp.array([[1, 0], [2, 2]])
+    mask = make_attention_mask(q_tokens > 0, k_tokens > 0)
+    assert mask.shape == (2, 1, 3, 2)
+    assert mask.dtype == jnp.float32
+    expected = (np.asarray(q_tokens > 0)[:, :, None] & np.asarray(k_tokens > 0)[:, None, :])
+    np.testing.assert_array_equal(mask[:, 0], expected.astype(np.float32))
+
+
+def test_make_attention_mask_pairwise_fn_extra_dims_and_dtype():
+    q = jnp.array([[0, 2]])
+    k = jnp.array([[1, 2, 3]])
+    mask = make_attention_mask(q, k, pairwise_fn=jnp.greater_equal, extra_batch_dims=2,
+                               dtype=jnp.bool_)
+    assert mask.shape == (1, 1, 1, 1, 2, 3)
+    assert mask.dtype == jnp.bool_
+    np.testing.assert_array_equal(mask[0, 0, 0, 0], [[False, False, False], [True, True, False]])
+
+
+def test_make_causal_mask_is_lower_triangular():
+    mask = make_causal_mask(jnp.zeros((3, 5)), extra_batch_dims=1)
+    assert mask.shape == (1, 3, 1, 5, 5)
+    np.testing.assert_array_equal(mask[0, 1, 0], np.tril(np.ones((5, 5), np.float32)))
+
+
+def test_combine_masks_ands_and_skips_none():
+    a = jnp.array([[1, 1, 0, 1]])
+    b = jnp.array([[1, 0, 0, 1]])
+    out = combine_masks(a, None, b, dtype=jnp.int32)
+    assert out.dtype == jnp.int32
+    np.testing.assert_array_equal(out, [[1, 0, 0, 1]])
+    assert combine_masks(None, None) is None
+    np.testing.assert_array_equal(combine_masks(None, a), a.astype(jnp.float32))
+
+
+def test_combine_masks_rank_mismatch_names_the_shapes():
+    with pytest.raises(ValueError, match=r"same rank.*\(1, 2\).*\(2,\)") as info:
+        combine_masks(jnp.ones((1, 2)), jnp.ones((2,)))
+    assert isinstance(info.value, AssertionError)  # what Flax raises, still catchable
+
+
+# --- attention weights ------------------------------------------------------------------
+
+
+def test_weights_match_definition_with_bias_and_mask():
+    q, k, _ = _qkv((2, 3, 4, 8), 5)
+    bias = jax.random.normal(jax.random.PRNGKey(9), (2, 4, 3, 5))
+    mask = jax.random.bernoulli(jax.random.PRNGKey(7), 0.6, (2, 1, 3, 5)).at[..., 0].set(True)
+    w = dot_product_attention_weights(q, k, bias=bias, mask=mask)
+    assert w.shape == (2, 4, 3, 5)
+    _, expected = _reference_attention(q, k, k, mask=mask, bias=bias)
+    np.testing.assert_allclose(w, expected, rtol=1e-5, atol=1e-6)
+    assert float(jnp.max(jnp.where(mask, 0.0, w))) == 0.0
+
+
+def test_fully_masked_row_gives_uniform_weights():
+    q, k, _ = _qkv((1, 2, 1, 4), 4)
+    mask = jnp.array([[[[1, 1, 0, 0], [0, 0, 0, 0]]]])
+    w = dot_product_attention_weights(q, k, mask=mask)
+    np.testing.assert_allclose(w[0, 0, 1], np.full(4, 0.25), rtol=1e-6)
+
+
+def test_weights_without_batch_dims_and_dtype_inference():
+    q, k, _ = _qkv((3, 2, 4), 5)
+    assert dot_product_attention_weights(q, k).shape == (2, 3, 5)
+    qi = jnp.ones((3, 2, 4), jnp.int32)
+    assert dot_product_attention_weights(qi, qi).dtype == jnp.float32
+    qb = q.astype(jnp.bfloat16)
+    assert dot_product_attention_weights(qb, k.astype(jnp.bfloat16)).dtype == jnp.bfloat16
+    assert dot_product_attention_weights(qb, k).dtype == jnp.float32
+    assert dot_product_attention_weights(q, k, dtype=jnp.bfloat16).dtype == jnp.bfloat16
+    forced = dot_product_attention_weights(qb, qb, force_fp32_for_softmax=True)
+    assert forced.dtype == jnp.float32
+
+
+def test_weights_sown_into_module_before_dropout():
+    class Recorder:
+        def __init__(self):
+            self.calls = []
+
+        def sow(self, col, name, value):
+            self.calls.append((col, name, value))
+
+    q, k, _ = _qkv((2, 3, 2, 4), 5)
+    rec = Recorder()
+    dot_product_attention_weights(q, k, module=rec, dropout_rate=0.5,
+                                  dropout_rng=jax.random.PRNGKey(0))
+    [(col, name, value)] = rec.calls
+    assert (col, name, value.shape) == ("intermediates", "attention_weights", (2, 2, 3, 5))
+    np.testing.assert_allclose(value.sum(-1), 1.0, rtol=1e-6)
+
+
+def test_dropout_broadcast_pattern_and_rescale():
+    q, k, _ = _qkv((2, 3, 4, 8), 5)
+    plain = dot_product_attention_weights(q, k)
+    rng = jax.random.PRNGKey(3)
+    dropped = dot_product_attention_weights(q, k, dropout_rng=rng, dropout_rate=0.5)
+    kept = dropped != 0
+    # One (q, kv) pattern shared by every batch element and head.
+    np.testing.assert_array_equal(kept, jnp.broadcast_to(kept[:1, :1], kept.shape))
+    np.testing.assert_allclose(jnp.where(kept, dropped, 0), jnp.where(kept, plain * 2, 0),
+                               rtol=1e-6)
+    assert 0 < int(kept[0, 0].sum()) < kept[0, 0].size
+    per_elem = dot_product_attention_weights(q, k, dropout_rng=rng, dropout_rate=0.5,
+                                             broadcast_dropout=False)
+    k2 = np.asarray(per_elem != 0)
+    assert not (k2 == k2[:1, :1]).all()
+
+
+def test_dropout_off_when_deterministic_or_rate_zero():
+    q, k, _ = _qkv((2, 3, 4, 8), 5)
+    plain = dot_product_attention_weights(q, k)
+    rng = jax.random.PRNGKey(3)
+    np.testing.assert_array_equal(
+        dot_product_attention_weights(q, k, dropout_rng=rng, dropout_rate=0.5,
+                                      deterministic=True), plain)
+    np.testing.assert_array_equal(dot_product_attention_weights(q, k, dropout_rate=0.0), plain)
+
+
+def test_dropout_without_rng_says_how_to_fix():
+    q, k, _ = _qkv((2, 3, 4, 8), 5)
+    with pytest.raises(TypeError, match="dropout_rng"):
+        dot_product_attention_weights(q, k, dropout_rate=0.1)
+
+
+# --- dot_product_attention --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape_q,kv_len", [((2, 3, 4, 8), 5), ((3, 2, 4), 6),
+                                            ((2, 1, 3, 1, 4), 2)])
+def test_attention_matches_definition(shape_q, kv_len):
+    q, k, v = _qkv(shape_q, kv_len, v_depth=3)
+    out = dot_product_attention(q, k, v)
+    assert out.shape == shape_q[:-1] + (3,)
+    expected, _ = _reference_attention(q, k, v)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_custom_einsums_are_used():
+    q, k, v = _qkv((2, 3, 4, 8), 5)
+    calls = []
+
+    def qk(spec, a, b, **kw):
+        calls.append(("qk", spec))
+        return jnp.einsum(spec, a, b, **kw)
+
+    def wv(spec, a, b, **kw):
+        calls.append(("wv", spec))
+        return jnp.einsum(spec, a, b, **kw)
+
+    out = dot_product_attention(q, k, v, qk_attn_weights_einsum=qk, attn_weights_value_einsum=wv)
+    assert [c[0] for c in calls] == ["qk", "wv"]
+    np.testing.assert_allclose(out, dot_product_attention(q, k, v), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (dict(k_shape=(2, 5, 4, 7)), r"depths must match.*depth 8.*depth 7"),
+        (dict(k_shape=(2, 5, 3, 8)), r"num_heads must match.*4 heads.*3"),
+        (dict(k_shape=(5, 4, 8)), r"same rank"),
+        (dict(v_shape=(2, 6, 4, 8)), r"lengths must match.*length 5.*length 6"),
+        (dict(k_shape=(3, 5, 4, 8), v_shape=(3, 5, 4, 8)), r"batch dims must match"),
+        (dict(q_shape=(4, 8), k_shape=(4, 8), v_shape=(4, 8)), r"rank >= 3"),
+    ],
+)
+def test_attention_bad_shapes(bad, match):
+    q = jnp.ones(bad.get("q_shape", (2, 3, 4, 8)))
+    k = jnp.ones(bad.get("k_shape", (2, 5, 4, 8)))
+    v = jnp.ones(bad.get("v_shape", k.shape))
+    with pytest.raises(ValueError, match=match) as info:
+        dot_product_attention(q, k, v)
+    assert isinstance(info.value, AssertionError)
+
+
+@pytest.mark.parametrize("arg", ["mask", "bias"])
+def test_attention_mask_or_bias_of_wrong_shape(arg):
+    q, k, v = _qkv((2, 3, 4, 8), 5)
+    bad = jnp.ones((2, 4, 3, 7))
+    with pytest.raises(ValueError, match=rf"{arg} of shape \(2, 4, 3, 7\).*\(2, 4, 3, 5\)"):
+        dot_product_attention(q, k, v, **{arg: bad})
+
+
+# --- the blockwise (memory-lean) path ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shape_q,kv_len,mask_shape",
+    [
+        ((2, 10, 3, 4), 7, (2, 1, 10, 7)),
+        ((10, 2, 4), 10, (10, 10)),
+        ((2, 1, 9, 2, 4), 6, (2, 1, 1, 9, 1)),  # whole rows masked, no kv axis
+    ],
+)
+def test_blockwise_matches_plain_path_values_and_grads(force_blockwise, shape_q, kv_len,
+                                                       mask_shape):
+    q, k, v = _qkv(shape_q, kv_len, v_depth=5)
+    mask = None
+    if mask_shape is not None:
+        mask = jax.random.bernoulli(jax.random.PRNGKey(5), 0.7, mask_shape)
+    cot = jax.random.normal(jax.random.PRNGKey(6), shape_q[:-1] + (5,))
+
+    def loss(q, k, v, blockwise):
+        if blockwise:
+            out = dot_product_attention(q, k, v, mask=mask)
+        else:  # a bias of zeros forces the plain path and changes nothing else
+            out = dot_product_attention(q, k, v, mask=mask, bias=jnp.zeros(()))
+        return jnp.sum(out * cot), out
+
+    vg = jax.jit(jax.value_and_grad(loss, (0, 1, 2), has_aux=True), static_argnums=3)
+    (_, out_b), grads_b = vg(q, k, v, True)
+    (_, out_p), grads_p = vg(q, k, v, False)
+    np.testing.assert_allclose(out_b, out_p, rtol=1e-5, atol=1e-6)
+    for gb, gp in zip(grads_b, grads_p):
+        np.testing.assert_allclose(gb, gp, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype,force_fp32", [(jnp.bfloat16, False), (jnp.float16, True)])
+def test_blockwise_low_precision(force_blockwise, dtype, force_fp32):
+    q, k, v = _qkv((2, 9, 2, 4), 6, dtype=dtype)
+    mask = make_causal_mask(jnp.ones((2, 9)))[..., :6]
+    attend = jax.jit(dot_product_attention, static_argnames="force_fp32_for_softmax")
+    out_b = attend(q, k, v, mask=mask, force_fp32_for_softmax=force_fp32)
+    out_p = attend(q, k, v, mask=mask, bias=jnp.zeros((), dtype),
+                   force_fp32_for_softmax=force_fp32)
+    assert out_b.dtype == out_p.dtype == (jnp.float32 if force_fp32 else dtype)
+    np.testing.assert_allclose(np.asarray(out_b, np.float32), np.asarray(out_p, np.float32),
+                               rtol=2e-2, atol=2e-2)
+    g = jax.jit(jax.grad(
+        lambda q: dot_product_attention(q, k, v, mask=mask).astype(jnp.float32).sum()))
+    assert g(q).dtype == dtype
+
+
+def test_blockwise_needs_less_memory_for_gradients():
+    q, k, v = _qkv((1, 1024, 2, 8), 1024)
+
+    def temp_bytes(bias):
+        def loss(q, k, v):
+            return dot_product_attention(q, k, v, bias=bias).sum()
+
+        compiled = jax.jit(jax.grad(loss, (0, 1, 2))).lower(q, k, v).compile()
+        return compiled.memory_analysis().temp_size_in_bytes
+
+    lean, plain = temp_bytes(None), temp_bytes(jnp.zeros(()))
+    assert lean * 2 < plain, (lean, plain)
