@@ -32,4 +32,60 @@ from flaxen.linen.module import (
 from flaxen.linen.summary import tabulate
 
 # --- layers (edited by the layers helpers) ---
+from flaxen.linen import initializers
+from flaxen.linen.activation import (
+    PReLU,
+    celu,
+    elu,
+    gelu,
+    glu,
+    hard_sigmoid,
+    hard_silu,
+    hard_swish,
+    hard_tanh,
+    leaky_relu,
+    log_sigmoid,
+    log_softmax,
+    logsumexp,
+    normalize,
+    one_hot,
+    relu,
+    relu6,
+    selu,
+    sigmoid,
+    silu,
+    soft_sign,
+    softmax,
+    softplus,
+    standardize,
+    swish,
+    tanh,
+)
+from flaxen.linen.initializers import ones, ones_init, zeros, zeros_init
+from flaxen.linen.linear import Conv, ConvLocal, ConvTranspose, Dense, DenseGeneral, Einsum, Embed
+from flaxen.linen.pooling import avg_pool, max_pool, pool
 # --- end layers ---
+
+# --- spmd (edited by the lead) ---
+from flaxen.core import meta
+from flaxen.core.meta import (
+    PARTITION_NAME,
+    Partitioned,
+    get_partition_spec,
+    get_sharding,
+    unbox,
+    with_partitioning,
+)
+from flaxen.linen.spmd import (
+    LogicallyPartitioned,
+    RulesFallback,
+    get_logical_axis_rules,
+    logical_axis_rules,
+    logical_to_mesh,
+    logical_to_mesh_axes,
+    logical_to_mesh_sharding,
+    set_logical_axis_rules,
+    with_logical_constraint,
+    with_logical_partitioning,
+)
+# --- end spmd ---

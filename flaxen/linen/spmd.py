@@ -1,0 +1,312 @@
+"""Logical axis names for SPMD: rules that map them to mesh axes, constraints, and boxes.
+
+A model annotates its arrays with *logical* dimension names (``'batch'``, ``'embed'``,
+``'mlp'``); a list of rules binds each name to a mesh axis (or ``None``, unsharded), so one
+model can be laid out differently on different meshes without touching its code.
+
+>>> import flaxen.linen as nn
+>>> rules = (('batch', 'data'), ('embed', 'model'))
+>>> nn.logical_to_mesh_axes(('batch', 'length', 'embed'), rules)
+PartitionSpec('data', None, 'model')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from flaxen import struct
+from flaxen.core import meta
+
+LogicalNames = tuple[str | None, ...]
+LogicalRules = Sequence[tuple[str, str | tuple[str, ...] | None]]
+LogicalPartitionSpec = Any  # a PartitionSpec (or tuple) of logical names
+LogicalPartitionSpecPytree = Any
+
+
+class _State(threading.local):
+    def __init__(self):
+        self.global_rules: tuple = ()
+        self.stack: list[tuple] = []
+
+
+_state = _State()
+
+
+def _freeze_rules(rules: LogicalRules | None) -> tuple:
+    if rules is None:
+        return ()
+    out = []
+    for i, rule in enumerate(rules):
+        if not (isinstance(rule, (tuple, list)) and len(rule) == 2 and isinstance(rule[0], str)):
+            raise TypeError(
+                f"Logical axis rule #{i} is {rule!r}; each rule must be a pair "
+                "(logical_name: str, mesh_axes: str | tuple[str, ...] | None), "
+                "e.g. ('batch', 'data')."
+            )
+        mesh_axes = tuple(rule[1]) if isinstance(rule[1], list) else rule[1]
+        out.append((rule[0], mesh_axes))
+    return tuple(out)
+
+
+def set_logical_axis_rules(rules: LogicalRules) -> None:
+    """Sets the global logical-to-mesh axis rules (used where no context sets others)."""
+    _state.global_rules = _freeze_rules(rules)
+
+
+def get_logical_axis_rules() -> tuple:
+    """Returns the rules in force: the innermost ``logical_axis_rules`` context, else the global."""
+    return _state.stack[-1] if _state.stack else _state.global_rules
+
+
+@contextlib.contextmanager
+def logical_axis_rules(rules: LogicalRules) -> Iterator[None]:
+    """Context manager binding logical axis names to mesh axes inside its block.
+
+    >>> import flaxen.linen as nn
+    >>> with nn.logical_axis_rules([('batch', 'data')]):
+    ...     nn.logical_to_mesh_axes(('batch', None))
+    P('data', None)
+    """
+    _state.stack.append(_freeze_rules(rules))
+    try:
+        yield
+    finally:
+        _state.stack.pop()
+
+
+class _Unassigned:
+    """Marks a named dimension that no rule could place (distinct from an explicit None)."""
+
+    def __repr__(self):
+        return "UNASSIGNED"
+
+
+_UNASSIGNED = _Unassigned()
+
+
+def _mesh_axes_of(mesh_axes: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    if mesh_axes is None:
+        return ()
+    return (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes)
+
+
+def _assign(array_dim_names: Sequence[str | None], rules: tuple) -> list[Any]:
+    names = list(array_dim_names)
+    seen = [n for n in names if n is not None]
+    dupes = sorted({n for n in seen if seen.count(n) > 1})
+    if dupes:
+        raise ValueError(
+            f"Unsupported: Dimensions {tuple(dupes)} occur more than once in array names "
+            f"{tuple(names)}; give each dimension of one array its own logical name."
+        )
+    result: list[Any] = [None if n is None else _UNASSIGNED for n in names]
+    position = {n: i for i, n in enumerate(names) if n is not None}
+    used: set[str] = set()
+    for logical, mesh_axes in rules:
+        i = position.get(logical)
+        if i is None or result[i] is not _UNASSIGNED:
+            continue
+        axes = _mesh_axes_of(mesh_axes)
+        if any(a in used for a in axes):
+            continue  # that mesh axis already shards another dimension: try a later rule
+        result[i] = mesh_axes
+        used.update(axes)
+    return result
+
+
+def logical_to_mesh_axes(
+    array_dim_names: Sequence[str | None] | None, rules: LogicalRules | None = None
+) -> PartitionSpec | None:
+    """Maps the logical names of one array's dimensions to a ``PartitionSpec`` of mesh axes.
+
+    Rules are tried in order; a dimension takes a rule's mesh axis when the dimension is still
+    unplaced and the mesh axis is not used by another dimension of the same array. Names that
+    no rule places are left unsharded (``None``). ``rules=None`` uses the rules in force.
+
+    >>> rules = (('batch', 'X'), ('features', 'X'), ('heads', 'Y'), ('batch', 'Z'))
+    >>> logical_to_mesh_axes(('batch', 'length', 'heads', 'features'), rules)
+    P('X', None, 'Y', None)
+    """
+    if array_dim_names is None:
+        return None
+    rules = get_logical_axis_rules() if rules is None else _freeze_rules(rules)
+    assigned = _assign(array_dim_names, rules)
+    return PartitionSpec(*(None if a is _UNASSIGNED else a for a in assigned))
+
+
+def _is_logical_spec(x: Any) -> bool:
+    return x is None or (
+        isinstance(x, (tuple, PartitionSpec)) and all(isinstance(e, str) or e is None for e in x)
+    )
+
+
+def logical_to_mesh(tree: LogicalPartitionSpecPytree, rules: LogicalRules | None = None) -> Any:
+    """Applies :func:`logical_to_mesh_axes` to every logical spec in a pytree."""
+    return jax.tree_util.tree_map(
+        lambda spec: logical_to_mesh_axes(spec, rules), tree, is_leaf=_is_logical_spec
+    )
+
+
+def _check_mesh_axes(spec: PartitionSpec, mesh: Mesh, what: str) -> None:
+    known = set(mesh.axis_names)
+    for entry in spec:
+        for axis in _mesh_axes_of(entry):
+            if axis not in known:
+                raise ValueError(
+                    f"{what} maps to mesh axis {axis!r}, which the mesh does not have "
+                    f"(its axes are {tuple(mesh.axis_names)}). Fix the logical axis rules "
+                    "or build the mesh with that axis name."
+                )
+
+
+def logical_to_mesh_sharding(
+    tree: LogicalPartitionSpecPytree, mesh: Mesh, rules: LogicalRules | None = None
+) -> Any:
+    """Turns a pytree of logical specs into ``NamedSharding``s on ``mesh``."""
+
+    def one(spec):
+        if spec is None:
+            return None
+        mesh_spec = logical_to_mesh_axes(spec, rules)
+        _check_mesh_axes(mesh_spec, mesh, f"Logical spec {tuple(spec)}")
+        return NamedSharding(mesh, mesh_spec)
+
+    return jax.tree_util.tree_map(one, tree, is_leaf=_is_logical_spec)
+
+
+class RulesFallback(enum.Enum):
+    """What ``with_logical_constraint`` does with a name that no rule places."""
+
+    AXIS_IS_UNSHARDED = "axis_is_unsharded"
+    RAISE_ERROR = "raise_error"
+    NO_CONSTRAINT = "no_constraint"
+
+
+def _context_mesh() -> Mesh | None:
+    abstract = jax.sharding.get_abstract_mesh()
+    if abstract is not None and not abstract.empty:
+        return abstract
+    try:  # the legacy `with mesh:` context
+        from jax._src.mesh import thread_resources
+
+        physical = thread_resources.env.physical_mesh
+        return None if physical.empty else physical
+    except Exception:  # pragma: no cover - jax internals moved
+        return None
+
+
+def _constrain_one(x, names, rules, mesh, fallback: RulesFallback):
+    if names is None:
+        return x
+    rules = get_logical_axis_rules() if rules is None else _freeze_rules(rules)
+    assigned = _assign(tuple(names), rules)
+    missing = [n for n, a in zip(names, assigned) if a is _UNASSIGNED]
+    if missing:
+        if fallback is RulesFallback.RAISE_ERROR:
+            raise ValueError(
+                f"Axis names {tuple(names)} did not match a rule: no rule places "
+                f"{tuple(missing)} (rules in force: {rules}). Add a rule for each name, "
+                "e.g. nn.logical_axis_rules([(name, 'mesh_axis' or None), ...]), or use "
+                "fallback=RulesFallback.AXIS_IS_UNSHARDED."
+            )
+        if fallback is RulesFallback.NO_CONSTRAINT:
+            return x
+    spec = PartitionSpec(*(None if a is _UNASSIGNED else a for a in assigned))
+    if getattr(x, "ndim", len(spec)) != len(spec):
+        raise ValueError(
+            f"with_logical_constraint: the array has {x.ndim} dimensions (shape {x.shape}) "
+            f"but {len(spec)} logical names {tuple(names)} were given; give one name per dimension."
+        )
+    if mesh is not None:
+        _check_mesh_axes(spec, mesh, f"Logical names {tuple(names)}")
+        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+    return jax.lax.with_sharding_constraint(x, spec)
+
+
+def with_logical_constraint(
+    x: Any,
+    logical_axis_resources: LogicalPartitionSpecPytree,
+    rules: LogicalRules | None = None,
+    mesh: Mesh | None = None,
+    fallback: RulesFallback = RulesFallback.AXIS_IS_UNSHARDED,
+) -> Any:
+    """``jax.lax.with_sharding_constraint`` with logical axis names.
+
+    Outside any mesh (none given and none in context) it returns ``x`` unchanged, so the same
+    model runs on one device untouched.
+    """
+    if mesh is None and _context_mesh() is None:
+        return x
+    if _is_logical_spec(logical_axis_resources):
+        return jax.tree_util.tree_map(
+            lambda leaf: _constrain_one(leaf, logical_axis_resources, rules, mesh, fallback), x
+        )
+    return jax.tree_util.tree_map(
+        lambda leaf, names: _constrain_one(leaf, names, rules, mesh, fallback),
+        x,
+        logical_axis_resources,
+        is_leaf=lambda v: v is None,
+    )
+
+
+class LogicallyPartitioned(meta.Partitioned):
+    """A :class:`Partitioned` box whose names are logical and resolved through ``rules``.
+
+    ``get_partition_spec`` returns the logical names; ``get_sharding(mesh)`` and ``unbox``
+    resolve them with ``rules`` (or the rules in force when ``rules`` is None).
+    """
+
+    rules: LogicalRules | None = struct.field(default=None, pytree_node=False)
+
+    def unbox(self, apply_constraint: bool = True) -> Any:
+        if apply_constraint and (self.mesh is not None or _context_mesh() is not None):
+            return with_logical_constraint(
+                self.value, self.get_partition_spec(), rules=self.rules, mesh=self.mesh
+            )
+        return self.value
+
+    def get_sharding(self, mesh: Mesh) -> Any:
+        return logical_to_mesh_sharding(self.get_partition_spec(), mesh, self.rules)
+
+
+def with_logical_partitioning(
+    fn: Callable[..., Any],
+    names: LogicalNames,
+    mesh: Mesh | None = None,
+    rules: LogicalRules | None = None,
+) -> Callable[..., LogicallyPartitioned]:
+    """Wraps an initializer so it returns a :class:`LogicallyPartitioned` box.
+
+    >>> import jax, jax.numpy as jnp
+    >>> import flaxen.linen as nn
+    >>> init = nn.with_logical_partitioning(nn.initializers.ones, ('embed', 'mlp'))
+    >>> box = init(jax.random.key(0), (2, 3))
+    >>> box.names, box.value.shape
+    (('embed', 'mlp'), (2, 3))
+    """
+
+    def wrapper(*args, **kwargs):
+        return LogicallyPartitioned(fn(*args, **kwargs), names, mesh=mesh, rules=rules)
+
+    return wrapper
+
+
+__all__ = [
+    "LogicallyPartitioned",
+    "RulesFallback",
+    "get_logical_axis_rules",
+    "logical_axis_rules",
+    "logical_to_mesh",
+    "logical_to_mesh_axes",
+    "logical_to_mesh_sharding",
+    "set_logical_axis_rules",
+    "with_logical_constraint",
+    "with_logical_partitioning",
+]
