@@ -7,7 +7,7 @@ model can be laid out differently on different meshes without touching its code.
 >>> import flaxen.linen as nn
 >>> rules = (('batch', 'data'), ('embed', 'model'))
 >>> nn.logical_to_mesh_axes(('batch', 'length', 'embed'), rules)
-PartitionSpec('data', None, 'model')
+P('data', None, 'model')
 """
 
 from __future__ import annotations
