@@ -20,3 +20,11 @@ class LayerPaddingError(ValueError, RuntimeError):
 
 class LayerShapeError(ValueError, AssertionError):
     """An argument (mask, kernel size, strides...) has a shape that does not fit the layer."""
+
+
+class LayerAxisError(ValueError, IndexError):
+    """An axis argument names a dimension the input does not have."""
+
+
+class LayerAxisOverlapError(ValueError, TypeError):
+    """Two axis arguments claim the same input dimension."""
