@@ -10,6 +10,7 @@
 
 from flaxen.core import meta
 from flaxen.core.frozen_dict import FrozenDict, copy, freeze, pop, pretty_repr, unfreeze
+from flaxen.core.axes_scan import broadcast
 from flaxen.core.meta import (
     AxisMetadata,
     Partitioned,
@@ -34,7 +35,7 @@ from flaxen.core.scope import (
 )
 
 __all__ = [
-    "AxisMetadata", "CollectionFilter", "DenyList", "FrozenDict", "Partitioned", "Scope",
+    "AxisMetadata", "broadcast", "CollectionFilter", "DenyList", "FrozenDict", "Partitioned", "Scope",
     "Variable", "add_axis", "apply", "bind", "copy", "freeze", "get_partition_spec",
     "get_sharding", "init", "lazy_init", "map_axis_meta", "meta", "pop", "pretty_repr",
     "remove_axis", "replace_boxed", "unbox", "unfreeze", "with_partitioning",

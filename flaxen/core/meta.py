@@ -18,7 +18,6 @@ metadata follows the value's shape. Boxes are pytrees whose only child is the va
 from __future__ import annotations
 
 import abc
-import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -26,7 +25,7 @@ from typing import Any, Generic, TypeVar
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from flaxen import errors
+from flaxen import errors, struct
 
 A = TypeVar("A")
 B = TypeVar("B")
@@ -154,44 +153,13 @@ def global_mesh_defined() -> bool:
     return _global_mesh() is not None
 
 
-def _pytree_node(field: dataclasses.Field) -> bool:
-    return field.metadata.get("pytree_node", True)
-
-
-def _register_box(cls: type) -> type:
-    """Makes ``cls`` a frozen dataclass and a pytree (children: its pytree_node fields)."""
-    if "__dataclass_fields__" not in cls.__dict__:
-        cls = dataclasses.dataclass(frozen=True)(cls)
-    fields = dataclasses.fields(cls)
-    data = tuple(f.name for f in fields if _pytree_node(f))
-    meta_names = tuple(f.name for f in fields if not _pytree_node(f))
-
-    def flatten_with_keys(x):
-        children = tuple((jax.tree_util.GetAttrKey(n), getattr(x, n)) for n in data)
-        return children, tuple(getattr(x, n) for n in meta_names)
-
-    def flatten(x):
-        return tuple(getattr(x, n) for n in data), tuple(getattr(x, n) for n in meta_names)
-
-    def unflatten(aux, children):
-        obj = object.__new__(cls)
-        for n, v in zip(data, children):
-            object.__setattr__(obj, n, v)
-        for n, v in zip(meta_names, aux):
-            object.__setattr__(obj, n, v)
-        return obj
-
-    jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
-    return cls
-
-
-class Partitioned(AxisMetadata[A]):
+class Partitioned(struct.PyTreeNode, AxisMetadata[A]):
     """A value with one sharding name per axis (``None`` = not sharded along that axis).
 
     ``unbox()`` applies a sharding constraint when a mesh is known (``mesh`` or an
-    enclosing global mesh). Subclasses (e.g. ``LogicallyPartitioned``) are turned into
-    frozen dataclasses and registered as pytrees automatically; mark metadata fields with
-    ``dataclasses.field(metadata={'pytree_node': False})`` (or ``struct.field``).
+    enclosing global mesh). A ``struct.PyTreeNode``: subclasses (e.g.
+    ``LogicallyPartitioned``) become pytree dataclasses automatically; mark metadata
+    fields with ``struct.field(pytree_node=False)``.
 
     >>> import jax.numpy as jnp
     >>> Partitioned(jnp.zeros((4, 2)), ('batch', None)).get_partition_spec()
@@ -199,18 +167,8 @@ class Partitioned(AxisMetadata[A]):
     """
 
     value: Any
-    names: LogicalNames = dataclasses.field(metadata={"pytree_node": False})
-    mesh: Any = dataclasses.field(default=None, metadata={"pytree_node": False})
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        # Registration must wait for the class body; dataclass() accepts the finished
-        # class object, so do it right here (the class is complete by now).
-        _register_box(cls)
-
-    def replace(self, **updates: Any) -> Partitioned[A]:
-        """A copy with some fields replaced."""
-        return dataclasses.replace(self, **updates)
+    names: LogicalNames = struct.field(pytree_node=False)
+    mesh: Any = struct.field(pytree_node=False, default=None)
 
     def unbox(self, apply_constraint: bool = True) -> A:
         if apply_constraint and (self.mesh is not None or global_mesh_defined()):
@@ -262,9 +220,6 @@ class Partitioned(AxisMetadata[A]):
     def from_nnx_metadata(cls, metadata: dict[str, Any]) -> Partitioned[Any]:
         return cls(metadata["value"], metadata.get("sharding_names", ()),
                    metadata.get("mesh"))
-
-
-Partitioned = _register_box(Partitioned)
 
 
 def with_partitioning(
