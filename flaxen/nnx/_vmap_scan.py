@@ -182,8 +182,9 @@ def vmap(
                 pos = var_pos[outer]
                 kind, a = plan[pos]
                 if kind == "split":
-                    fixed.append(values[pos] if not isinstance(flat.variables[pos], RngCount)
-                                 else flat.variables[pos].raw_value)
+                    # the outer stream keeps its key and advances by the one fork
+                    fixed.append(values[pos] + 1 if isinstance(flat.variables[pos], RngCount)
+                                 else values[pos])
                     new_axes.append(None)
                     continue
                 ax = a if kind == "axis" else None
@@ -352,7 +353,10 @@ def scan(
             final[i] = v
         for i, v in zip(scanned_idx, scanned_out):
             if plan[i][0] == "split":
-                continue  # the outer stream was already advanced; keep its key and count
+                # the outer stream keeps its key and advances by the one fork
+                if isinstance(flat.variables[i], RngCount):
+                    final[i] = values[i] + 1
+                continue
             final[i] = _from_axis0(v, plan[i][1])
         items = _axes_items(state_axes)
         paths = _col_paths(col)
@@ -427,7 +431,8 @@ class Vmap(_Lifted):
         self.split_rngs = split_rngs
         self.transform_metadata = dict(transform_metadata)
         self.vmap_module = vmap(
-            module_constructor, in_axes=None, axis_size=axis_size, state_axes=state_axes,
+            module_constructor, in_axes=None, in_axes_kwargs=None, axis_size=axis_size,
+            state_axes=state_axes,
             split_rngs=split_rngs, transform_metadata=transform_metadata,
         )(*module_init_args, **dict(module_init_kwargs))
 
@@ -474,7 +479,8 @@ class Scan(_Lifted):
         self.transform_metadata = dict(transform_metadata)
         self.scan_output = scan_output
         self.scan_module = vmap(
-            module_constructor, in_axes=None, axis_size=length, state_axes=state_axes,
+            module_constructor, in_axes=None, in_axes_kwargs=None, axis_size=length,
+            state_axes=state_axes,
             split_rngs=split_rngs, transform_metadata=transform_metadata,
         )(*module_init_args, **dict(module_init_kwargs))
 
