@@ -135,6 +135,9 @@ def _check_array_dtype(dtype: np.dtype) -> None:
         )
 
 
+_checked_dtypes: set[np.dtype] = set()
+
+
 def _as_numpy(x: Any) -> np.ndarray:
     try:
         arr = np.asarray(x)
@@ -143,11 +146,39 @@ def _as_numpy(x: Any) -> np.ndarray:
             f"{e} Store jax.random.key_data(key) instead of a typed PRNG key, or convert the "
             "value to a numpy array first."
         ) from e
-    if not arr.dtype.isnative:
-        # Raw bytes are written unlabeled; make them little/native-endian like everything else.
-        arr = arr.astype(arr.dtype.newbyteorder("="))
-    _check_array_dtype(arr.dtype)
+    dtype = arr.dtype
+    if dtype not in _checked_dtypes:
+        if not dtype.isnative:
+            # Raw bytes are written unlabeled; make them native-endian like everything else.
+            return _as_numpy(arr.astype(dtype.newbyteorder("=")))
+        _check_array_dtype(dtype)
+        _checked_dtypes.add(dtype)
     return arr
+
+
+# Arrays up to this size are copied into the small-piece buffer right away; larger
+# ones are copied once, straight into the final output, by _Writer.finish.
+_INLINE_BYTES = 1 << 16
+
+# Encoded headers by (ext code, shape, dtype): parameter trees repeat a few shapes.
+_header_cache: dict[tuple, bytes] = {}
+
+
+def _payload_header(code: int, shape: tuple, dtype: np.dtype, nbytes: int) -> bytes:
+    key = (code, shape, dtype)
+    header = _header_cache.get(key)
+    if header is None:
+        head = bytearray(b"\x93")
+        head += _array_header(len(shape))
+        for d in shape:
+            head += _int_bytes(d)
+        head += _str_bytes(dtype.name)
+        head += _bin_header(nbytes)
+        header = _ext_header(code, len(head) + nbytes) + bytes(head)
+        if len(_header_cache) > 4096:
+            _header_cache.clear()
+        _header_cache[key] = header
+    return header
 
 
 class _Writer:
@@ -169,16 +200,11 @@ class _Writer:
             self.buf = bytearray()
 
     def array_payload(self, code: int, arr: np.ndarray) -> None:
-        head = bytearray(b"\x93")
-        head += _array_header(arr.ndim)
-        for d in arr.shape:
-            head += _int_bytes(d)
-        head += _str_bytes(arr.dtype.name)
         nbytes = arr.nbytes
-        head += _bin_header(nbytes)
-        self.buf += _ext_header(code, len(head) + nbytes)
-        self.buf += head
-        if nbytes:
+        self.buf += _payload_header(code, arr.shape, arr.dtype, nbytes)
+        if nbytes <= _INLINE_BYTES:
+            self.buf += arr.tobytes()
+        else:
             self.flush()
             self.parts.append(arr)
             self.size += nbytes
@@ -458,7 +484,35 @@ def _parse_array_payload(data: bytes) -> tuple[list[int], Any, int]:
     return shape, name, offset
 
 
+# Payloads up to this size are parsed by msgpack's C code (copying them is cheap);
+# larger ones are read in place so their bytes are never copied a second time.
+_SMALL_PAYLOAD = 1 << 16
+
+
+def _decode_small_array(data: bytes) -> np.ndarray:
+    try:
+        shape, name, raw = msgpack.unpackb(data)
+    except Exception as e:
+        raise DecodeError(f"malformed array payload ({type(e).__name__}: {e})") from None
+    if type(shape) is not list or type(raw) is not bytes:
+        raise DecodeError("malformed array payload (expected [shape, dtype name, bytes])")
+    dtype = dtype_from_name(name)
+    count = 1
+    for d in shape:
+        if type(d) is not int or d < 0:
+            raise DecodeError(f"malformed array shape {shape!r}")
+        count *= d
+    if count * dtype.itemsize != len(raw):
+        raise DecodeError(
+            f"array of shape {tuple(shape)} and dtype {name} needs {count * dtype.itemsize} "
+            f"bytes but the encoded data holds {len(raw)}"
+        )
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
 def _decode_array(data: bytes) -> np.ndarray:
+    if len(data) <= _SMALL_PAYLOAD:
+        return _decode_small_array(data)
     shape, name, offset = _parse_array_payload(data)
     dtype = dtype_from_name(name)
     count = 1

@@ -126,20 +126,26 @@ def flatten_dict(
     out: dict[Any, Any] = {}
 
     if is_leaf is None:
-        # Hot path: no per-node callback. Plain dicts are by far the common case.
+        # Hot path: no per-node callback; plain dicts are by far the common case,
+        # so they are tested first and leaves pay one extra isinstance at most.
         def walk(d: dict, prefix: Path) -> None:
             for k, v in d.items():
+                path = prefix + (k,)
                 t = type(v)
-                if t is not dict:
+                if t is dict or t is frozen:
                     if t is frozen:
                         v = v._dict
-                    elif not isinstance(v, dict):
-                        out[prefix + (k,)] = v
-                        continue
-                if v:
-                    walk(v, prefix + (k,))
-                elif keep_empty_nodes:
-                    out[prefix + (k,)] = empty_node
+                    if v:
+                        walk(v, path)
+                    elif keep_empty_nodes:
+                        out[path] = empty_node
+                elif isinstance(v, dict):
+                    if v:
+                        walk(v, path)
+                    elif keep_empty_nodes:
+                        out[path] = empty_node
+                else:
+                    out[path] = v
 
         walk(xs, ())  # an empty root gives {}: it has no path to mark
     else:
@@ -193,38 +199,55 @@ def unflatten_dict(xs: Mapping[Any, Any], sep: str | None = None) -> dict[Any, A
             "Pass the output of flatten_dict."
         )
     result: dict[Any, Any] = {}
+    created: set[int] = set()  # ids of the sub-dicts built here (not leaf values)
+    # Sibling leaves share their parent: flat dicts from flatten_dict list them
+    # together, so the walk from the root reruns only when the prefix changes.
+    prev_prefix: Any = None
+    parent = result
     for path, value in xs.items():
         if sep is not None:
-            path = path.split(sep)
+            path = tuple(path.split(sep))
+        elif type(path) is not tuple:
+            path = tuple(path)
         if value is empty_node:
             value = {}
-        n = len(path)
-        if n == 0:
+        prefix = path[:-1]
+        if prefix != prev_prefix:
+            parent = _walk_to_parent(result, path, created)
+            prev_prefix = prefix
+        try:
+            last = path[-1]
+        except IndexError:
             raise ValueError(
                 "unflatten_dict got an empty path () as a key; every key needs at least one "
                 "part, e.g. ('params',)."
-            )
-        cursor = result
-        for i in range(n - 1):
-            key = path[i]
-            node = cursor.get(key, _MISSING)
-            if node is _MISSING:
-                node = cursor[key] = {}
-            elif type(node) is not dict:
-                raise ValueError(
-                    f"unflatten_dict: path {tuple(path)!r} goes through {tuple(path[:i + 1])!r}, "
-                    f"which already holds a leaf ({node!r:.60}). A key cannot be both a leaf and "
-                    "a sub-dict; remove one of the two entries."
-                )
-            cursor = node
-        last = path[-1]
-        if last in cursor and type(cursor[last]) is dict and type(value) is not dict:
+            ) from None
+        if last in parent and id(parent[last]) in created:
             raise ValueError(
-                f"unflatten_dict: key {tuple(path)!r} is a leaf but other keys use it as a "
-                "sub-dict. A key cannot be both a leaf and a sub-dict; remove one of the two entries."
+                f"unflatten_dict: key {path!r} is a leaf but other keys use it as a sub-dict. "
+                "A key cannot be both a leaf and a sub-dict; remove one of the two entries."
             )
-        cursor[last] = value
+        parent[last] = value
     return result
+
+
+def _walk_to_parent(result: dict, path: Path, created: set[int]) -> dict:
+    """Walks/creates the dicts along ``path[:-1]`` and returns the last one."""
+    cursor = result
+    for i in range(len(path) - 1):
+        key = path[i]
+        node = cursor.get(key, _MISSING)
+        if node is _MISSING:
+            node = cursor[key] = {}
+            created.add(id(node))
+        elif type(node) is not dict:
+            raise ValueError(
+                f"unflatten_dict: path {path!r} goes through {path[:i + 1]!r}, which already "
+                f"holds a leaf ({node!r:.60}). A key cannot be both a leaf and a sub-dict; "
+                "remove one of the two entries."
+            )
+        cursor = node
+    return cursor
 
 
 def path_aware_map(

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from flaxen import _msgpack_ext
 from flaxen import serialization as ser
 
 NT = collections.namedtuple("NT", ["x", "y"])
@@ -196,9 +197,24 @@ def _ext(code, payload):
         (b"\x81\x91\x01\x02", "truncated, corrupted"),
     ],
 )
-def test_hostile_bytes_raise_clear_value_errors(data, pattern):
+@pytest.mark.parametrize("in_place_parser", [False, True])
+def test_hostile_bytes_raise_clear_value_errors(data, pattern, in_place_parser, monkeypatch):
+    # Small payloads go through msgpack's parser, large ones through ours: test both.
+    if in_place_parser:
+        monkeypatch.setattr(_msgpack_ext, "_SMALL_PAYLOAD", -1)
     with pytest.raises(ValueError, match=pattern):
         ser.msgpack_restore(data)
+
+
+def test_large_arrays_are_views_of_the_decoded_payload():
+    arr = np.arange(100_000, dtype=np.float32).reshape(100, 1000)
+    out = ser.msgpack_restore(ser.msgpack_serialize({"a": arr, "t": arr.T}))
+    np.testing.assert_array_equal(out["a"], arr)
+    np.testing.assert_array_equal(out["t"], arr.T)
+    assert not out["a"].flags.owndata and not out["a"].flags.writeable
+    big = _ext(1, msgpack.packb([[30_000], "float32", b"\x00" * 100_000]))
+    with pytest.raises(ValueError, match="needs 120000 bytes"):
+        ser.msgpack_restore(big)
 
 
 def test_random_corruption_never_raises_anything_but_value_error():
@@ -213,7 +229,10 @@ def test_random_corruption_never_raises_anything_but_value_error():
             pass
 
 
-def test_generic_payload_encodings_from_other_writers_are_accepted():
+@pytest.mark.parametrize("in_place_parser", [False, True])
+def test_generic_payload_encodings_from_other_writers_are_accepted(in_place_parser, monkeypatch):
+    if in_place_parser:
+        monkeypatch.setattr(_msgpack_ext, "_SMALL_PAYLOAD", -1)
     # Same content as Flax writes, but with a wider int for the shape: valid msgpack.
     payload = b"\x93\x91\xcd\x00\x02" + msgpack.packb("int8") + msgpack.packb(b"\x01\x02")
     assert ser.msgpack_restore(_ext(1, payload)).tolist() == [1, 2]

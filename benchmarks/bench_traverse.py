@@ -1,0 +1,79 @@
+"""flatten_dict / unflatten_dict on a 10,000-leaf parameter tree: flaxen vs flax vs plain Python.
+
+The "jax" baseline here is the shortest hand-written recursive version (no options, no
+FrozenDict or empty-node handling): the speed limit for pure Python.
+"""
+
+from __future__ import annotations
+
+from benchmarks._harness import Result, compare, have_flax
+
+
+def _tree(n_leaves: int) -> dict:
+    # Model-like: blocks -> layers -> {kernel, bias, scale, ...}; four levels deep.
+    tree: dict = {}
+    i = 0
+    b = 0
+    while i < n_leaves:
+        block = tree.setdefault(f"block_{b}", {})
+        for layer in range(10):
+            params = {}
+            for name in ("kernel", "bias", "scale", "mean", "var"):
+                params[name] = i
+                i += 1
+            block[f"Dense_{layer}"] = {"params": params}
+        b += 1
+    return tree
+
+
+def _plain_flatten(xs: dict, prefix: tuple = ()) -> dict:
+    out = {}
+    for k, v in xs.items():
+        if isinstance(v, dict):
+            out.update(_plain_flatten(v, prefix + (k,)))
+        else:
+            out[prefix + (k,)] = v
+    return out
+
+
+def _plain_unflatten(flat: dict) -> dict:
+    out: dict = {}
+    for path, v in flat.items():
+        d = out
+        for k in path[:-1]:
+            d = d.setdefault(k, {})
+        d[path[-1]] = v
+    return out
+
+
+def run(quick: bool) -> list[Result]:
+    from flaxen import traverse_util as xtu
+
+    ftu = None
+    if have_flax():
+        from flax import traverse_util as ftu
+    n = 2_000 if quick else 10_000
+    rounds = 3 if quick else 7
+    tree = _tree(n)
+    flat = xtu.flatten_dict(tree)
+    results = [
+        compare("traverse", f"flatten_dict ({len(flat)} leaves)", {
+            "flaxen": lambda: xtu.flatten_dict(tree),
+            "flax": ftu and (lambda: ftu.flatten_dict(tree)),
+            "jax": lambda: _plain_flatten(tree),
+        }, rounds=rounds),
+        compare("traverse", f"unflatten_dict ({len(flat)} leaves)", {
+            "flaxen": lambda: xtu.unflatten_dict(flat),
+            "flax": ftu and (lambda: ftu.unflatten_dict(flat)),
+            "jax": lambda: _plain_unflatten(flat),
+        }, rounds=rounds),
+        compare("traverse", "flatten_dict(sep='/') + unflatten_dict(sep='/')", {
+            "flaxen": lambda: xtu.unflatten_dict(xtu.flatten_dict(tree, sep="/"), sep="/"),
+            "flax": ftu and (lambda: ftu.unflatten_dict(ftu.flatten_dict(tree, sep="/"), sep="/")),
+        }, rounds=rounds, baseline="flax"),
+        compare("traverse", "flatten_dict(keep_empty_nodes=True)", {
+            "flaxen": lambda: xtu.flatten_dict(tree, keep_empty_nodes=True),
+            "flax": ftu and (lambda: ftu.flatten_dict(tree, keep_empty_nodes=True)),
+        }, rounds=rounds, baseline="flax"),
+    ]
+    return results
