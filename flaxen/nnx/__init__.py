@@ -45,6 +45,7 @@ from flaxen.nnx.spmd import (
 )
 from flaxen.nnx.state import State
 from flaxen.nnx.training import metrics as metrics
+from flaxen.nnx.training.metrics import Accuracy, Average, Metric, MultiMetric
 from flaxen.nnx.training.optimizer import Optimizer, OptState
 from flaxen.nnx.transforms import eval_shape, grad, jit, remat, value_and_grad
 from flaxen.nnx.variables import (

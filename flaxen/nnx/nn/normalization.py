@@ -61,7 +61,7 @@ def _normalize(x: Array, mean: Array, var: Array, scale: Array | None, bias: Arr
                epsilon: float) -> Array:
     stats_shape = [1 if i in reduction_axes else d for i, d in enumerate(x.shape)]
     feature_shape = [x.shape[i] if i in feature_axes else 1 for i in range(x.ndim)]
-    mean = jnp.reshape(mean, stats_shape)
+    mean = jnp.reshape(mean, stats_shape) if jnp.ndim(mean) else mean  # RMSNorm: scalar 0
     var = jnp.reshape(var, stats_shape)
     y = x - mean
     mul = lax.rsqrt(var + epsilon)
