@@ -8,7 +8,7 @@
 (2,)
 """
 
-from flaxen.core import meta
+from flaxen.core import lift, meta, nn
 from flaxen.core.frozen_dict import FrozenDict, copy, freeze, pop, pretty_repr, unfreeze
 from flaxen.core.axes_scan import broadcast
 from flaxen.core.meta import (
@@ -37,6 +37,6 @@ from flaxen.core.scope import (
 __all__ = [
     "AxisMetadata", "broadcast", "CollectionFilter", "DenyList", "FrozenDict", "Partitioned", "Scope",
     "Variable", "add_axis", "apply", "bind", "copy", "freeze", "get_partition_spec",
-    "get_sharding", "init", "lazy_init", "map_axis_meta", "meta", "pop", "pretty_repr",
+    "get_sharding", "init", "lazy_init", "lift", "nn", "map_axis_meta", "meta", "pop", "pretty_repr",
     "remove_axis", "replace_boxed", "unbox", "unfreeze", "with_partitioning",
 ]
