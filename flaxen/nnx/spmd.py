@@ -8,8 +8,8 @@ axis. ``get_partition_spec`` turns a State's annotations into ``PartitionSpec``s
 >>> from flaxen import nnx
 >>> init = nnx.with_partitioning(jax.nn.initializers.ones, (None, 'model'))
 >>> layer = nnx.Linear(2, 4, kernel_init=init, rngs=nnx.Rngs(0))
->>> nnx.get_partition_spec(nnx.state(layer)).kernel.value
-PartitionSpec(None, 'model')
+>>> tuple(nnx.get_partition_spec(nnx.state(layer)).kernel.value)
+(None, 'model')
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 >>> from flaxen import nnx
 >>> bn = nnx.BatchNorm(3, rngs=nnx.Rngs(0))
 >>> y = bn(jnp.arange(6.0).reshape(2, 3))      # training: updates mean/var
->>> bn.mean.value.round(3).tolist()
+>>> [round(v, 3) for v in bn.mean.value.tolist()]
 [0.015, 0.025, 0.035]
 """
 
