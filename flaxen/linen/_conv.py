@@ -94,6 +94,11 @@ class _Conv(Module):
                 padding = "VALID"
             elif padding == "CAUSAL":
                 padding = cm.causal_padding(kernel_size, kernel_dilation, layer)
+            elif any(d != 1 for d in input_dilation):
+                padding = cm.explicit_padding(
+                    padding, inputs.shape[1:-1], kernel_size, strides, input_dilation,
+                    kernel_dilation,
+                )
 
         dimension_numbers = cm.channels_last_dimension_numbers(inputs.ndim)
         in_features = inputs.shape[-1]

@@ -204,6 +204,24 @@ def circular_fold(
     return y
 
 
+def explicit_padding(
+    padding: str,
+    input_spatial: Sequence[int],
+    kernel_size: Sequence[int],
+    strides: Sequence[int],
+    input_dilation: Sequence[int],
+    kernel_dilation: Sequence[int],
+) -> list[tuple[int, int]]:
+    """'SAME'/'VALID' as explicit pairs, computed on the dilated input.
+
+    lax only accepts padding strings when the input is not dilated; with input dilation
+    the pairs are computed here, as if the dilated input were the real one.
+    """
+    dilated_in = tuple((n - 1) * d + 1 if n else 0 for n, d in zip(input_spatial, input_dilation))
+    dilated_k = dilated_sizes(kernel_size, kernel_dilation)
+    return [tuple(p) for p in lax.padtype_to_pads(dilated_in, dilated_k, strides, padding)]
+
+
 def valid_output_spatial(
     input_spatial: Sequence[int],
     kernel_size: Sequence[int],

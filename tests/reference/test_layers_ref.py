@@ -271,3 +271,123 @@ def test_prelu_matches_flax():
     for dtype in FLOATS:
         compare_layer("PReLU", {"negative_slope_init": 0.2}, _x((3, 4), dtype))
     compare_layer("PReLU", {"param_dtype": jnp.bfloat16}, _x((3, 4)))
+
+
+CONV_CASES = [
+    ({"features": 4, "kernel_size": (3, 3)}, (2, 6, 6, 3)),
+    ({"features": 4, "kernel_size": (3, 2), "strides": 2, "padding": "VALID"}, (2, 7, 6, 3)),
+    ({"features": 4, "kernel_size": (3, 3), "padding": "CIRCULAR", "strides": (2, 1)},
+     (1, 6, 5, 2)),
+    ({"features": 4, "kernel_size": (4, 2), "padding": "CIRCULAR", "kernel_dilation": 2},
+     (1, 7, 6, 2)),
+    ({"features": 3, "kernel_size": (3,), "padding": "CAUSAL", "kernel_dilation": 2},
+     (2, 9, 2)),
+    ({"features": 3, "kernel_size": 3, "padding": "CAUSAL"}, (9, 2)),
+    ({"features": 4, "kernel_size": (2, 2), "padding": 1}, (2, 5, 5, 2)),
+    ({"features": 4, "kernel_size": (2, 3), "padding": [(1, 0), 2]}, (2, 5, 5, 2)),
+    ({"features": 4, "kernel_size": (3, 3), "input_dilation": 2, "padding": 1}, (1, 4, 4, 2)),
+    ({"features": 6, "kernel_size": (3, 3), "feature_group_count": 2}, (1, 5, 5, 4)),
+    ({"features": 4, "kernel_size": (2, 2, 2)}, (1, 4, 4, 4, 2)),
+    ({"features": 4, "kernel_size": (3, 3)}, (6, 6, 3)),
+    ({"features": 4, "kernel_size": (3, 3)}, (2, 2, 5, 5, 3)),
+    ({"features": 4, "kernel_size": (3, 3), "use_bias": False,
+      "mask": np.tril(np.ones((3, 3, 3, 4)))}, (1, 5, 5, 3)),
+    ({"features": 4, "kernel_size": (3, 3), "bias_init": fnn.initializers.normal(1.0),
+      "kernel_init": fnn.initializers.he_uniform()}, (1, 5, 5, 3)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16])
+@pytest.mark.parametrize("kwargs, shape", CONV_CASES)
+def test_conv_matches_flax(kwargs, shape, dtype):
+    compare_layer("Conv", kwargs, _x(shape, dtype))
+
+
+@pytest.mark.parametrize("kwargs, shape", [c for c in CONV_CASES if "CAUSAL" not in str(c)][:6]
+                         + [({"features": 3, "kernel_size": (3,)}, (2, 2, 7, 2))])
+def test_conv_local_matches_flax(kwargs, shape):
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("feature_group_count", "mask")}
+    compare_layer("ConvLocal", kwargs, _x(shape))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16])
+@pytest.mark.parametrize(
+    "kwargs, shape",
+    [
+        ({"features": 4, "kernel_size": (3, 3), "strides": (2, 2)}, (2, 5, 5, 3)),
+        ({"features": 4, "kernel_size": (3, 3), "strides": (2, 2), "transpose_kernel": True},
+         (2, 5, 5, 3)),
+        ({"features": 4, "kernel_size": 3, "padding": "VALID", "kernel_dilation": (2,)},
+         (2, 5, 3)),
+        ({"features": 4, "kernel_size": (4, 3), "strides": (2, 3), "padding": "CIRCULAR"},
+         (1, 5, 4, 2)),
+        ({"features": 4, "kernel_size": (5,), "strides": (2,), "padding": "CIRCULAR",
+          "kernel_dilation": (2,)}, (1, 6, 2)),
+        ({"features": 4, "kernel_size": (2, 2), "padding": ((1, 0), (0, 2))}, (5, 5, 3)),
+        ({"features": 4, "kernel_size": (3, 3), "mask": np.tril(np.ones((3, 3, 3, 4))),
+          "bias_init": fnn.initializers.normal(1.0)}, (2, 2, 5, 5, 3)),
+    ],
+)
+def test_conv_transpose_matches_flax(kwargs, shape, dtype):
+    compare_layer("ConvTranspose", kwargs, _x(shape, dtype))
+
+
+@pytest.mark.parametrize(
+    "padding", ["SAME", "VALID", "CIRCULAR", "CAUSAL", 1, (1, 2), [(1, 2), 3], ((1, 2),), 1.5]
+)
+def test_canonicalize_padding_matches_flax(padding):
+    from flax.linen.linear import canonicalize_padding as theirs
+
+    from flaxen.linen.linear import canonicalize_padding as ours
+
+    try:
+        want = theirs(padding, 2)
+    except Exception as e:
+        with pytest.raises(type(e)):
+            ours(padding, 2)
+    else:
+        assert ours(padding, 2) == want
+
+
+@pytest.mark.parametrize(
+    "name, kwargs, shape",
+    [
+        ("Conv", {"features": 4, "kernel_size": (3, 3), "padding": "BOGUS"}, (1, 5, 5, 3)),
+        ("Conv", {"features": 4, "kernel_size": (3, 3), "padding": "CAUSAL"}, (1, 5, 5, 3)),
+        ("Conv", {"features": 4, "kernel_size": (3, 3), "strides": (1,)}, (1, 5, 5, 3)),
+        ("Conv", {"features": 4, "kernel_size": (3, 3), "mask": np.ones((3, 3))}, (1, 5, 5, 3)),
+        ("Conv", {"features": 4, "kernel_size": (3, 3), "feature_group_count": 2},
+         (1, 5, 5, 3)),
+        ("Conv", {"features": 4, "kernel_size": (3, 3)}, (5, 3)),
+        ("ConvTranspose", {"features": 4, "kernel_size": (3, 3), "mask": np.ones((3, 3))},
+         (1, 5, 5, 3)),
+        ("DenseGeneral", {"features": 4, "axis": 1, "batch_dims": (1,)}, (2, 3, 4)),
+        ("DenseGeneral", {"features": 4, "axis": 0, "batch_dims": (0,)}, (2, 3, 4)),
+        ("DenseGeneral", {"features": 4, "axis": 5}, (2, 3, 4)),
+        ("Einsum", {"shape": (3, 4), "einsum_str": "ab,bc"}, (2, 3)),
+        ("Einsum", {"shape": (3, 4), "einsum_str": "ab,bc,cd->ad"}, (2, 3)),
+        ("Einsum", {"shape": (3, 4)}, (2, 3)),
+        ("Embed", {"num_embeddings": 3, "features": 4}, (2, 3)),
+    ],
+)
+def test_layer_error_classes_match_flax(name, kwargs, shape):
+    x = jnp.ones(shape)
+    with pytest.raises(Exception) as theirs:
+        getattr(fnn, name)(**kwargs).init(jax.random.key(0), x)
+    with pytest.raises(type(theirs.value)):
+        getattr(nn, name)(**kwargs).init(jax.random.key(0), x)
+
+
+def test_feature_mismatch_raises_scope_param_shape_error_like_flax():
+    from flax.errors import ScopeParamShapeError as Theirs
+
+    from flaxen.errors import ScopeParamShapeError as Ours
+
+    for lib, err in ((fnn, Theirs), (nn, Ours)):
+        for layer, good, bad in (
+            (lib.Dense(3), (2, 4), (2, 5)),
+            (lib.Conv(3, (2, 2)), (1, 4, 4, 2), (1, 4, 4, 3)),
+        ):
+            v = layer.init(jax.random.key(0), jnp.ones(good))
+            with pytest.raises(err):
+                layer.apply(v, jnp.ones(bad))
