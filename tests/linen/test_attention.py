@@ -298,3 +298,159 @@ def test_blockwise_needs_less_memory_for_gradients():
 
     lean, plain = temp_bytes(None), temp_bytes(jnp.zeros(()))
     assert lean * 2 < plain, (lean, plain)
+
+
+# --- Modules ----------------------------------------------------------------------------
+
+import warnings  # noqa: E402
+
+import flaxen.linen as nn  # noqa: E402
+from flaxen import errors  # noqa: E402
+
+
+def test_mhdpa_param_tree_and_call_forms():
+    xq, xkv = jnp.ones((2, 3, 6)), jnp.ones((2, 5, 4))
+    layer = nn.MultiHeadDotProductAttention(num_heads=2, qkv_features=8, out_features=3)
+    variables = layer.init(jax.random.PRNGKey(0), xq, xkv)
+    shapes = jax.tree.map(jnp.shape, variables["params"])
+    assert shapes == {
+        "query": {"kernel": (6, 2, 4), "bias": (2, 4)},
+        "key": {"kernel": (4, 2, 4), "bias": (2, 4)},
+        "value": {"kernel": (4, 2, 4), "bias": (2, 4)},
+        "out": {"kernel": (2, 4, 3), "bias": (3,)},
+    }
+    out = layer.apply(variables, xq, xkv)
+    assert out.shape == (2, 3, 3)
+    np.testing.assert_array_equal(layer.apply(variables, xq, inputs_kv=xkv), out)
+    np.testing.assert_array_equal(layer.apply(variables, xq, xkv, xkv), out)
+
+
+def test_self_attention_equals_mhdpa_on_same_input():
+    x = jax.random.normal(jax.random.PRNGKey(1), (2, 4, 8))
+    mask = make_causal_mask(x[..., 0])
+    variables = nn.SelfAttention(num_heads=4).init(jax.random.PRNGKey(0), x)
+    a = nn.SelfAttention(num_heads=4).apply(variables, x, mask)
+    b = nn.MultiHeadDotProductAttention(num_heads=4).apply(variables, x, mask=mask)
+    np.testing.assert_array_equal(a, b)
+    assert nn.MultiHeadAttention(num_heads=4).apply(variables, x).shape == x.shape
+
+
+def test_mhdpa_decode_matches_full_causal():
+    length = 5
+    x = jax.random.normal(jax.random.PRNGKey(1), (2, length, 8))
+    full_layer = nn.MultiHeadDotProductAttention(num_heads=2)
+    params = full_layer.init(jax.random.PRNGKey(0), x)["params"]
+    full = full_layer.apply({"params": params}, x, mask=make_causal_mask(x[..., 0]))
+    dec = nn.MultiHeadDotProductAttention(num_heads=2, decode=True)
+    cache = dec.init(jax.random.PRNGKey(0), x)["cache"]
+    assert cache["cached_key"].shape == (2, length, 2, 4)
+    step = jax.jit(lambda c, xs: dec.apply({"params": params, "cache": c}, xs, mutable=["cache"]))
+    outs = []
+    for i in range(length):
+        out, mutated = step(cache, x[:, i:i + 1])
+        cache = mutated["cache"]
+        outs.append(out)
+    assert int(cache["cache_index"]) == length
+    np.testing.assert_allclose(jnp.concatenate(outs, 1), full, rtol=1e-5, atol=1e-6)
+
+
+def test_mhdpa_dropout_needs_deterministic_and_uses_dropout_rng():
+    x = jax.random.normal(jax.random.PRNGKey(1), (2, 4, 8))
+    layer = nn.MultiHeadDotProductAttention(num_heads=2, dropout_rate=0.5)
+    with pytest.raises(ValueError, match="deterministic"):
+        layer.init(jax.random.PRNGKey(0), x)
+    variables = layer.init(jax.random.PRNGKey(0), x, deterministic=True)
+    plain = layer.apply(variables, x, deterministic=True)
+    a = layer.apply(variables, x, deterministic=False, rngs={"dropout": jax.random.PRNGKey(3)})
+    b = layer.apply(variables, x, deterministic=False, dropout_rng=jax.random.PRNGKey(3))
+    b2 = layer.apply(variables, x, deterministic=False, dropout_rng=jax.random.PRNGKey(3))
+    c = layer.apply(variables, x, deterministic=False, dropout_rng=jax.random.PRNGKey(4))
+    np.testing.assert_array_equal(b, b2)
+    assert not np.allclose(a, plain) and not np.allclose(b, plain) and not np.allclose(b, c)
+    det = nn.MultiHeadDotProductAttention(num_heads=2, dropout_rate=0.5, deterministic=True)
+    np.testing.assert_array_equal(det.apply(variables, x), plain)
+
+
+def test_mhdpa_sow_weights():
+    x = jax.random.normal(jax.random.PRNGKey(1), (2, 4, 8))
+    layer = nn.MultiHeadDotProductAttention(num_heads=2)
+    variables = layer.init(jax.random.PRNGKey(0), x)
+    _, state = layer.apply(variables, x, sow_weights=True, mutable=["intermediates"])
+    (weights,) = state["intermediates"]["attention_weights"]
+    assert weights.shape == (2, 2, 4, 4)
+    _, state = layer.apply(variables, x, mutable=["intermediates"])
+    assert "intermediates" not in state or not state["intermediates"]
+
+
+def test_mhdpa_custom_attention_fn_gets_only_standard_arguments():
+    seen = {}
+
+    def my_attention(query, key, value, **kwargs):
+        seen.update(kwargs)
+        return dot_product_attention(query, key, value, **kwargs)
+
+    x = jnp.ones((1, 3, 4))
+    nn.MultiHeadDotProductAttention(num_heads=2, attention_fn=my_attention).init(
+        jax.random.PRNGKey(0), x)
+    assert set(seen) == {"mask", "dropout_rng", "dropout_rate", "broadcast_dropout",
+                         "deterministic", "dtype", "precision"}
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_mhdpa_dtypes(dtype):
+    x = jnp.ones((1, 3, 4), dtype)
+    layer = nn.MultiHeadDotProductAttention(num_heads=2, dtype=dtype)
+    out, variables = layer.init_with_output(jax.random.PRNGKey(0), x)
+    assert out.dtype == dtype
+    assert variables["params"]["query"]["kernel"].dtype == jnp.float32
+    out = nn.MultiHeadDotProductAttention(num_heads=2).apply(variables, x)
+    assert out.dtype == jnp.float32  # inputs promoted with float32 params
+
+
+def test_mhdpa_heads_not_dividing_features():
+    x = jnp.ones((1, 3, 8))
+    with pytest.raises(ValueError, match=r"MultiHeadDotProductAttention.*\(8\).*heads \(3\)"):
+        nn.MultiHeadDotProductAttention(num_heads=3).init(jax.random.PRNGKey(0), x)
+    with pytest.raises(AssertionError, match=r"qkv_features=10.*num_heads=4"):
+        nn.MultiHeadDotProductAttention(num_heads=4, qkv_features=10).init(
+            jax.random.PRNGKey(0), x)
+
+
+def test_mhdpa_mask_of_wrong_shape_names_expected_shape():
+    x = jnp.ones((2, 3, 8))
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 3, 4\).*\(2, 2, 3, 3\)"):
+        nn.MultiHeadDotProductAttention(num_heads=2).init(
+            jax.random.PRNGKey(0), x, mask=jnp.ones((2, 1, 3, 4)))
+
+
+def test_mhdpa_kv_features_differ_from_params():
+    layer = nn.MultiHeadDotProductAttention(num_heads=2)
+    variables = layer.init(jax.random.PRNGKey(0), jnp.ones((1, 3, 8)), jnp.ones((1, 4, 6)))
+    with pytest.raises(errors.ScopeParamShapeError, match=r'"kernel" in "/key".*\(6, 2, 4\)'):
+        layer.apply(variables, jnp.ones((1, 3, 8)), jnp.ones((1, 4, 5)))
+
+
+def test_mhdpa_inputs_rank_and_argument_conflicts():
+    layer = nn.MultiHeadDotProductAttention(num_heads=2)
+    with pytest.raises(ValueError, match=r"inputs_q of shape \(8,\).*at least 2"):
+        layer.init(jax.random.PRNGKey(0), jnp.ones((8,)))
+    x = jnp.ones((1, 3, 8))
+    with pytest.raises(ValueError, match="inputs_kv"):
+        layer.init(jax.random.PRNGKey(0), x, x, inputs_kv=x)
+    with pytest.raises(ValueError, match="`inputs_k` cannot be None"):
+        layer.init(jax.random.PRNGKey(0), x, inputs_v=x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        layer.init(jax.random.PRNGKey(0), x, x, jnp.ones((1, 3, 3)))
+    assert any("mask" in str(w.message) for w in caught)
+
+
+def test_mhdpa_decode_without_cache_collection():
+    x = jnp.ones((1, 4, 8))
+    layer = nn.MultiHeadDotProductAttention(num_heads=2, decode=True)
+    params = layer.init(jax.random.PRNGKey(0), x)["params"]
+    with pytest.raises(errors.ScopeCollectionNotFound, match=r"decode=True.*mutable=\['cache'\]"):
+        layer.apply({"params": params}, x[:, :1])
+    variables = layer.init(jax.random.PRNGKey(0), x)
+    with pytest.raises(ValueError, match=r"expected query shape \(1, 1, 2, 4\).*one position"):
+        layer.apply(variables, x[:, :2], mutable=["cache"])
