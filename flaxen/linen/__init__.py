@@ -64,6 +64,16 @@ from flaxen.linen.activation import (
 from flaxen.linen.initializers import ones, ones_init, zeros, zeros_init
 from flaxen.linen.linear import Conv, ConvLocal, ConvTranspose, Dense, DenseGeneral, Einsum, Embed
 from flaxen.linen.pooling import avg_pool, max_pool, pool
+from flaxen.linen.attention import (
+    MultiHeadAttention,
+    MultiHeadDotProductAttention,
+    SelfAttention,
+    combine_masks,
+    dot_product_attention,
+    dot_product_attention_weights,
+    make_attention_mask,
+    make_causal_mask,
+)
 # --- end layers ---
 
 # --- spmd (edited by the lead) ---
