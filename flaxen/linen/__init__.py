@@ -63,6 +63,7 @@ from flaxen.linen.activation import (
 )
 from flaxen.linen.initializers import ones, ones_init, zeros, zeros_init
 from flaxen.linen.linear import Conv, ConvLocal, ConvTranspose, Dense, DenseGeneral, Einsum, Embed
+from flaxen.linen.normalization import BatchNorm, GroupNorm, InstanceNorm, LayerNorm, RMSNorm
 from flaxen.linen.pooling import avg_pool, max_pool, pool
 from flaxen.linen.attention import (
     MultiHeadAttention,

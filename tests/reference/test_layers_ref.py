@@ -391,3 +391,96 @@ def test_feature_mismatch_raises_scope_param_shape_error_like_flax():
             v = layer.init(jax.random.key(0), jnp.ones(good))
             with pytest.raises(err):
                 layer.apply(v, jnp.ones(bad))
+
+
+NORM_CASES = [
+    ("LayerNorm", {}, (3, 5)),
+    ("LayerNorm", {"reduction_axes": (1, 2, 3), "feature_axes": (2, 3)}, (2, 3, 4, 5)),
+    ("LayerNorm", {"reduction_axes": (1, 2), "feature_axes": 0, "use_fast_variance": False},
+     (2, 3, 4)),
+    ("LayerNorm", {"use_bias": False, "epsilon": 1e-3,
+                   "scale_init": fnn.initializers.normal(1.0)}, (3, 5)),
+    ("LayerNorm", {"bias_init": fnn.initializers.normal(1.0),
+                   "scale_init": fnn.initializers.normal(1.0)}, (3, 5)),
+    ("RMSNorm", {}, (3, 5)),
+    ("RMSNorm", {"reduction_axes": (-2, -1), "feature_axes": -1}, (2, 3, 5)),
+    ("GroupNorm", {"num_groups": 2}, (2, 3, 8)),
+    ("GroupNorm", {"num_groups": None, "group_size": 2, "use_fast_variance": False},
+     (2, 3, 4, 8)),
+    ("GroupNorm", {"num_groups": 4}, (8,)),
+    ("GroupNorm", {"num_groups": 2, "reduction_axes": (0, 2)}, (2, 3, 8)),
+    ("InstanceNorm", {}, (2, 3, 4, 5)),
+    ("InstanceNorm", {"feature_axes": (1, 3), "bias_init": fnn.initializers.normal(1.0)},
+     (2, 3, 4, 5)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16, np.float16, np.complex64])
+@pytest.mark.parametrize("name, kwargs, shape", NORM_CASES)
+def test_norm_layers_match_flax(name, kwargs, shape, dtype):
+    x = _x(shape, dtype) * 3 + 1
+    compare_layer(name, kwargs, x)
+    if dtype == np.float32:
+        compare_layer(name, dict(kwargs, dtype=jnp.bfloat16, param_dtype=jnp.float16), x)
+        compare_layer(name, dict(kwargs, force_float32_reductions=False), x.astype(jnp.bfloat16))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16, np.complex64])
+@pytest.mark.parametrize(
+    "kwargs, shape",
+    [
+        ({}, (4, 3)),
+        ({"axis": (1, 3), "momentum": 0.9}, (2, 3, 4, 5)),
+        ({"use_fast_variance": False, "epsilon": 1e-3}, (5, 2, 3)),
+        ({"use_bias": False, "use_scale": False}, (4, 3)),
+        ({"axis": 1, "scale_init": fnn.initializers.normal(1.0),
+          "bias_init": fnn.initializers.normal(1.0)}, (4, 3, 2)),
+    ],
+)
+def test_batch_norm_train_and_eval_match_flax(kwargs, shape, dtype):
+    x = _x(shape, dtype) * 2 + 0.5
+    compare_layer("BatchNorm", dict(kwargs, use_running_average=False), x,
+                  mutable=["batch_stats"])
+    compare_layer("BatchNorm", kwargs, x, call_kwargs={"use_running_average": True})
+    # Statistics after a few training steps, then evaluation with them.
+    ours, theirs = nn.BatchNorm(**kwargs), fnn.BatchNorm(**kwargs)
+    v = theirs.init(jax.random.key(0), x, use_running_average=False)
+    vo = vt = v
+    for step in range(3):
+        xs = x * (step + 1) - step
+        _, uo = ours.apply(vo, xs, use_running_average=False, mutable=["batch_stats"])
+        _, ut = theirs.apply(vt, xs, use_running_average=False, mutable=["batch_stats"])
+        vo, vt = dict(vo, **uo), dict(vt, **ut)
+    _tree_same(_plain(vo), _plain(vt))
+
+
+def test_norm_masks_match_flax():
+    x = _x((3, 6)) * 2
+    mask = jnp.asarray(np.random.RandomState(2).rand(3, 6) > 0.3)
+    for name in ("LayerNorm", "RMSNorm", "InstanceNorm"):
+        compare_layer(name, {}, x[:, None, :] if name == "InstanceNorm" else x,
+                      call_kwargs={"mask": mask[:, None, :] if name == "InstanceNorm" else mask})
+    compare_layer("GroupNorm", {"num_groups": 3}, x, call_kwargs={"mask": mask})
+    compare_layer("BatchNorm", {"use_running_average": False}, x,
+                  call_kwargs={"mask": mask}, mutable=["batch_stats"])
+
+
+@pytest.mark.parametrize("use_fast_variance", [True, False])
+def test_batch_norm_cross_device_stats_match_flax(use_fast_variance):
+    x = _x((4, 3, 5))  # 4 devices (vmap/pmap), 3 examples each
+    groups = [[0, 1], [2, 3]]
+    for kw in ({"axis_name": "d"}, {"axis_name": "d", "axis_index_groups": groups}):
+        outs = []
+        for lib in (nn, fnn):
+            bn = lib.BatchNorm(use_running_average=False, use_fast_variance=use_fast_variance,
+                               **kw)
+            v = bn.init(jax.random.key(0), x[0])
+
+            def step(xi, bn=bn, v=v):
+                return bn.apply(v, xi, mutable=["batch_stats"])
+
+            if "axis_index_groups" in kw:
+                outs.append(jax.pmap(step, axis_name="d", devices=jax.devices()[:4])(x))
+            else:
+                outs.append(jax.vmap(step, axis_name="d")(x))
+        _tree_same(_plain(outs[0]), _plain(outs[1]))
