@@ -484,3 +484,50 @@ def test_batch_norm_cross_device_stats_match_flax(use_fast_variance):
             else:
                 outs.append(jax.vmap(step, axis_name="d")(x))
         _tree_same(_plain(outs[0]), _plain(outs[1]))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16])
+@pytest.mark.parametrize(
+    "kwargs, call",
+    [
+        ({"rate": 0.3}, {"deterministic": False}),
+        ({"rate": 0.5, "broadcast_dims": (0,), "deterministic": False}, {}),
+        ({"rate": 0.2, "rng_collection": "noise"}, {"deterministic": False}),
+        ({"rate": 1.0}, {"deterministic": False}),
+        ({"rate": 0.0}, {"deterministic": False}),
+        ({"rate": 0.4}, {"deterministic": True}),
+    ],
+)
+def test_dropout_matches_flax(kwargs, call, dtype):
+    x = _x((4, 6), dtype)
+    stream = kwargs.get("rng_collection", "dropout")
+    compare_layer("Dropout", kwargs, x, rngs={stream: jax.random.key(5)}, call_kwargs=call)
+
+
+def test_dropout_explicit_rng_matches_flax():
+    x = _x((3, 5))
+    compare_layer("Dropout", {"rate": 0.5}, x,
+                  call_kwargs={"deterministic": False, "rng": jax.random.key(9)})
+
+
+def test_sequential_matches_flax():
+    def build(lib):
+        return lib.Sequential([lib.Dense(4), lib.relu, lib.Dense(3), lib.LayerNorm(),
+                               lambda x: (x, x * 2), lambda a, b: {"x": a + b},
+                               lambda x: x.sum(-1)])
+
+    x = _x((2, 5))
+    vo = build(nn).init(jax.random.key(0), x)
+    vt = build(fnn).init(jax.random.key(0), x)
+    _tree_same(_plain(vo), _plain(vt))
+    _same(build(nn).apply(vt, x), build(fnn).apply(vt, x))
+
+
+def test_dropout_and_sequential_errors_match_flax():
+    for lib in (nn, fnn):
+        with pytest.raises(ValueError, match="deterministic"):
+            lib.Dropout(0.5).apply({}, jnp.ones(3))
+        with pytest.raises(ValueError, match="deterministic"):
+            lib.Dropout(0.5, deterministic=True).apply({}, jnp.ones(3), deterministic=True)
+        with pytest.raises(ValueError, match="Empty Sequential"):
+            lib.Sequential([]).init(jax.random.key(0), jnp.ones(3))
