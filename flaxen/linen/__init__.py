@@ -102,3 +102,26 @@ from flaxen.linen.spmd import (
     with_logical_partitioning,
 )
 # --- end spmd ---
+
+# --- transforms (edited by the transforms helper) ---
+from flaxen.linen import transforms
+from flaxen.linen.transforms import (
+    add_metadata_axis,
+    checkpoint,
+    cond,
+    custom_vjp,
+    fold_rngs,
+    grad,
+    jit,
+    jvp,
+    map_variables,
+    remat,
+    remat_scan,
+    scan,
+    switch,
+    value_and_grad,
+    vjp,
+    vmap,
+    while_loop,
+)
+# --- end transforms ---

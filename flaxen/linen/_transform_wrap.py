@@ -1,0 +1,453 @@
+"""How a Linen transform carries Modules across a core lifted transform.
+
+A core transform (``flaxen.core.lift``) works on functions of Scopes. To lift a Module
+method, the Module (and every bound Module or Variable found in the arguments) is swapped
+for its Scope on the way in (:func:`get_module_scopes`); inside the transform, a clone of
+each Module is bound to the matching inner Scope (:func:`set_module_scopes`) and the method
+runs on the clone. The per-instance bookkeeping that must survive the boundary (is the
+compact method running, the auto-name counters) is copied onto the clone and back, so
+submodules created inside get the names they would get without the transform.
+
+Three entry points build on this:
+
+* :func:`module_class_lift_transform`: ``nn.vmap(MLP, ...)`` returns a subclass ``VmapMLP``
+  whose listed methods are lifted (the class name gives the auto-name ``VmapMLP_0``);
+* :func:`decorator_lift_transform`: a method or a function ``fn(module, *args)``;
+* :func:`lift_direct_transform`: call-site transforms (``nn.vjp``, ``nn.cond``, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+
+from flaxen import errors
+from flaxen.core.frozen_dict import FrozenDict
+from flaxen.core.scope import Scope, Variable
+from flaxen.linen._interception import wrap_method
+from flaxen.linen._naming import try_setup
+from flaxen.linen._state import SETUP_NONE, ModuleBase, ModuleState
+
+# Transformed classes report this module, as Flax's report ``flax.linen.transforms``.
+_PUBLIC_MODULE = "flaxen.linen.transforms"
+
+
+# --- placeholders for Modules and Variables passed as arguments --------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class InstancePlaceholder:
+    """Stands for a bound Module of the arguments while they cross a transform.
+
+    A pytree without leaves, so JAX transforms pass it through untouched. It compares by
+    position only; the Module it stands for rides along for :func:`set_module_scopes`.
+    """
+
+    idx: int
+    scope_idx: int
+    module: Any = dataclasses.field(default=None, compare=False, repr=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class VariablePlaceholder:
+    """Stands for a Variable of the arguments (rebuilt on the inner scope ``scope_idx``)."""
+
+    collection: str
+    name: str
+    unbox: bool
+    scope_idx: int
+
+
+def _flatten_placeholder(p: Any) -> tuple[tuple, Any]:
+    return (), p
+
+
+jax.tree_util.register_pytree_node(
+    InstancePlaceholder, _flatten_placeholder, lambda aux, _: aux)
+jax.tree_util.register_pytree_node(
+    VariablePlaceholder, _flatten_placeholder, lambda aux, _: aux)
+
+
+def _is_special(x: Any) -> bool:
+    return isinstance(x, (ModuleBase, Variable))
+
+
+def _check_bound(module: Any, what: str) -> Scope:
+    if not isinstance(module, ModuleBase):
+        raise errors.TransformTargetError(module)
+    scope = module.__dict__.get("scope")
+    if scope is None:
+        raise ValueError(
+            f"Can't call the lifted {what} of {type(module).__name__}: the Module is unbound "
+            "(it has no variables). Lifted transforms run inside init/apply: call it from "
+            "a parent's @compact method or setup, or through module.init(...)/apply(...)."
+        )
+    return scope
+
+
+class _ScopeIndex:
+    """The de-duplicated list of scopes crossing one transform."""
+
+    __slots__ = ("scopes", "_pos")
+
+    def __init__(self) -> None:
+        self.scopes: list[Scope] = []
+        self._pos: dict[int, int] = {}
+
+    def add(self, scope: Scope) -> int:
+        i = self._pos.get(id(scope))
+        if i is None:
+            i = self._pos[id(scope)] = len(self.scopes)
+            self.scopes.append(scope)
+        return i
+
+
+def collect_scopes(module: Any, args: tuple, kwargs: dict, what: str
+                   ) -> tuple[list[Scope], tuple, dict]:
+    """Scopes of ``module`` and of the bound Modules/Variables in ``args``/``kwargs``.
+
+    Returns ``(scopes, args, kwargs)`` with placeholders in place of those Modules and
+    Variables; ``scopes[0]`` is ``module``'s scope.
+    """
+    scope = _check_bound(module, what)
+    try_setup(module, shallow=True)
+    index = _ScopeIndex()
+    index.add(scope)
+    if not args and not kwargs:
+        return index.scopes, args, kwargs
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_special)
+    if not any(isinstance(x, (ModuleBase, Variable)) for x in leaves):
+        return index.scopes, args, kwargs
+    new_leaves = []
+    n_modules = 0
+    for leaf in leaves:
+        if isinstance(leaf, ModuleBase) and leaf.__dict__.get("scope") is not None:
+            try_setup(leaf, shallow=True)
+            new_leaves.append(InstancePlaceholder(n_modules, index.add(leaf.scope), leaf))
+            n_modules += 1
+        elif isinstance(leaf, Variable):
+            new_leaves.append(VariablePlaceholder(
+                leaf.collection, leaf.name, leaf.unbox, index.add(leaf.scope)))
+        else:
+            new_leaves.append(leaf)
+    args, kwargs = jax.tree_util.tree_unflatten(treedef, new_leaves)
+    return index.scopes, args, kwargs
+
+
+def _is_placeholder(x: Any) -> bool:
+    return isinstance(x, (InstancePlaceholder, VariablePlaceholder))
+
+
+def restore_args(args: tuple, kwargs: dict, scopes: list[Scope]) -> tuple[tuple, dict]:
+    """Replaces placeholders by clones of the Modules (Variables) on the inner scopes."""
+    if not args and not kwargs:
+        return args, kwargs
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_placeholder)
+    if not any(_is_placeholder(x) for x in leaves):
+        return args, kwargs
+    new_leaves = []
+    for leaf in leaves:
+        if isinstance(leaf, InstancePlaceholder):
+            mod = leaf.module
+            clone = mod.clone(parent=scopes[leaf.scope_idx], _deep_clone=True)
+            clone.__dict__["_state"] = export_state(mod._state)
+            new_leaves.append(clone)
+        elif isinstance(leaf, VariablePlaceholder):
+            new_leaves.append(Variable(scopes[leaf.scope_idx], leaf.collection, leaf.name,
+                                       unbox=leaf.unbox))
+        else:
+            new_leaves.append(leaf)
+    return jax.tree_util.tree_unflatten(treedef, new_leaves)
+
+
+# --- Module state across the boundary ----------------------------------------------------
+
+
+def export_state(st: ModuleState) -> ModuleState:
+    """The bookkeeping a clone inherits: compact/setup flags and auto-name counters.
+
+    The clone sets itself up again on its own (inner) scope, so ``setup_called`` starts
+    over; its children are its own.
+    """
+    new = ModuleState()
+    new.in_compact = st.in_compact
+    new.in_setup = st.in_setup
+    new.compact_done = st.compact_done
+    cursor = st.autoname_cursor
+    new.autoname_cursor = None if cursor is None else dict(cursor)
+    new.setup_called = SETUP_NONE
+    return new
+
+
+def reimport_state(st: ModuleState, other: ModuleState) -> None:
+    """Copies the transform-preserved bookkeeping of a clone back onto the original."""
+    st.in_compact = other.in_compact
+    st.in_setup = other.in_setup
+    st.compact_done = other.compact_done
+    cursor = other.autoname_cursor
+    st.autoname_cursor = None if cursor is None else dict(cursor)
+
+
+def check_return_value(value: Any, name: str | None) -> None:
+    """Modules and Variables are bound to inner scopes: they must not leave a transform."""
+    if isinstance(value, (ModuleBase, Variable)):
+        raise errors.TransformedMethodReturnValueError(name)
+    if isinstance(value, (jax.Array, int, float)) or value is None:
+        return
+    for leaf in jax.tree_util.tree_leaves(value, is_leaf=_is_special):
+        if isinstance(leaf, (ModuleBase, Variable)):
+            raise errors.TransformedMethodReturnValueError(name)
+
+
+# --- public helpers with Flax's names ------------------------------------------------------
+
+
+def get_module_scopes(module: Any, args: tuple | None = None, kwargs: dict | None = None
+                      ) -> tuple[list[Scope], Any, Any]:
+    """``(scopes, args, kwargs)``: the scopes of ``module`` and of Modules in the arguments.
+
+    Modules and Variables in ``args``/``kwargs`` are replaced by placeholders that
+    :func:`set_module_scopes` turns back into Modules bound to (inner) scopes.
+    """
+    scopes, new_args, new_kwargs = collect_scopes(
+        module, tuple(args or ()), dict(kwargs or {}), "method")
+    return (scopes, new_args if args is not None else None,
+            new_kwargs if kwargs is not None else None)
+
+
+def set_module_scopes(module: Any, args: Any, kwargs: Any, scopes: Any
+                      ) -> tuple[Any, Any, Any]:
+    """A clone of ``module`` bound to ``scopes[0]``, with placeholders in the arguments
+    replaced by clones bound to their scopes (the inverse of :func:`get_module_scopes`)."""
+    scopes = _scopes_list(scopes)
+    clone = module.clone(parent=scopes[0], _deep_clone=True)
+    clone.__dict__["_state"] = export_state(module._state)
+    new_args, new_kwargs = restore_args(tuple(args or ()), dict(kwargs or {}), scopes)
+    return (clone, new_args if args is not None else None,
+            new_kwargs if kwargs is not None else None)
+
+
+# --- building the lifted functions ----------------------------------------------------------
+
+
+def is_module_class(target: Any) -> bool:
+    return isinstance(target, type) and issubclass(target, ModuleBase)
+
+
+def _positional_arity_ok(fn: Callable) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True  # C callables: let the call itself complain
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+               for p in params)
+
+
+def unbound_fn(method_or_fn: Any) -> Callable[..., Any]:
+    """``self.foo`` -> ``Class.foo``; anything that cannot take a Module first raises."""
+    if inspect.ismethod(method_or_fn) and isinstance(method_or_fn.__self__, ModuleBase):
+        method_or_fn = method_or_fn.__func__
+    if (not callable(method_or_fn) or isinstance(method_or_fn, (type, ModuleBase))
+            or not _positional_arity_ok(method_or_fn)):
+        raise errors.TransformTargetError(method_or_fn)
+    return method_or_fn
+
+
+def prewrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with the Module method wrapper (setup, module stack, compact tracking)."""
+    if getattr(fn, "_flaxen_wrapped", False):
+        return fn
+    return wrap_method(fn, getattr(fn, "compact", False) is True)
+
+
+def _fn_name(fn: Any) -> str:
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def run_on_clone(fn: Callable, template: Any, state: ModuleState, owner_state: ModuleState,
+                 scopes: list[Scope], args: tuple, kwargs: dict, name: str | None) -> Any:
+    """Inside a transform: binds a clone of ``template`` to ``scopes[0]`` and runs ``fn``."""
+    clone = template.clone(parent=scopes[0], _deep_clone=True)
+    clone.__dict__["_state"] = export_state(state)
+    args, kwargs = restore_args(args, kwargs, scopes)
+    res = fn(clone, *args, **kwargs)
+    reimport_state(owner_state, clone._state)
+    check_return_value(res, name)
+    return res
+
+
+def _scopes_list(scopes: Any) -> list[Scope]:
+    return scopes if isinstance(scopes, list) else list(scopes) if isinstance(
+        scopes, tuple) else [scopes]
+
+
+def decorator_lift_transform(transform: Callable[..., Any], class_fn: Any, *trafo_args: Any,
+                             multi_scope: bool = True, **trafo_kwargs: Any
+                             ) -> Callable[..., Any]:
+    """Lifts a method (or functions) ``fn(module, *args)`` with a core ``transform``.
+
+    ``class_fn`` may be a tuple of functions (e.g. ``cond``'s two branches); ``transform``
+    is then called with one scope function per entry. With ``multi_scope=False`` the core
+    transform gets a single scope, and Modules passed as arguments are not supported.
+    """
+    class_fns = class_fn if isinstance(class_fn, tuple) else (class_fn,)
+    prewrapped = tuple(prewrap(f) for f in class_fns)
+    names = tuple(_fn_name(f) for f in class_fns)
+
+    def wrapped_fn(self: Any, *args: Any, **kwargs: Any) -> Any:
+        scopes, args, kwargs = collect_scopes(self, args, kwargs, names[0])
+        owner_state = self._state
+        snapshot = export_state(owner_state)
+
+        def make_core(fn: Callable, name: str) -> Callable[..., Any]:
+            def core_fn(scopes: Any, *args: Any, **kwargs: Any) -> Any:
+                return run_on_clone(fn, self, snapshot, owner_state, _scopes_list(scopes),
+                                    args, kwargs, name)
+            core_fn.__name__ = name
+            return core_fn
+
+        core_fns = [make_core(f, n) for f, n in zip(prewrapped, names)]
+        trafo_fn = transform(*core_fns, *trafo_args, **trafo_kwargs)
+        if not multi_scope:
+            if len(scopes) != 1:
+                raise NotImplementedError(
+                    f"This transform does not support Modules or Variables passed as "
+                    f"arguments of {names[0]!r} (found {len(scopes) - 1}); call them "
+                    "through the Module given as the first argument instead."
+                )
+            return trafo_fn(scopes[0], *args, **kwargs)
+        return trafo_fn(scopes, *args, **kwargs)
+
+    functools.update_wrapper(wrapped_fn, prewrapped[0])
+    wrapped_fn._flaxen_wrapped = True
+    return wrapped_fn
+
+
+def method_trafo_args(methods: Any, trafo_args: tuple, trafo_kwargs: dict
+                      ) -> dict[str, tuple[tuple, dict]]:
+    """Per-method transform arguments from a transform's ``methods=`` argument."""
+    if methods is None:
+        return {"__call__": (trafo_args, trafo_kwargs)}
+    if isinstance(methods, (list, tuple)):
+        return {m: (trafo_args, trafo_kwargs) for m in methods}
+    if isinstance(methods, (dict, FrozenDict)):
+        return {m: ((), dict(kw)) for m, kw in methods.items()}
+    raise ValueError(
+        "transform methods argument must be None, tuple, list, or dict. Got "
+        f"{methods!r}: pass e.g. methods=['__call__', 'encode'], or a dict mapping method "
+        "names to per-method transform keyword arguments."
+    )
+
+
+def base_instance(module: Any, module_class: type) -> Any:
+    """An unbound instance of ``module_class`` with the fields (and name) of ``module``."""
+    d = module.__dict__
+    attrs = {f: d[f] for f in module_class._flaxen_fields if f in d}
+    return module_class(**attrs, name=d.get("name"), parent=None)
+
+
+def module_class_lift_transform(transform: Callable[..., Any], module_class: type,
+                                *trafo_args: Any, methods: Any = None,
+                                class_prefix: str | None = None, **trafo_kwargs: Any) -> type:
+    """A subclass of ``module_class`` whose methods (default ``__call__``) are lifted.
+
+    The subclass is named ``{Prefix}{ClassName}`` (``VmapMLP``), so its auto-names are
+    ``VmapMLP_0``, ... . Inside the transform, the original class's method runs on a clone
+    bound to the lifted scope.
+    """
+    per_method = method_trafo_args(methods, trafo_args, trafo_kwargs)
+    prefix = class_prefix or _fn_name(transform).capitalize()
+
+    def create(fn_name: str, args: tuple, kwargs: dict) -> Callable[..., Any]:
+        fn = getattr(module_class, fn_name, None)
+        if fn is None or not callable(fn):
+            raise AttributeError(
+                f"Can't transform method {fn_name!r} of {module_class.__name__}: the class "
+                f"has no such method. Methods listed in methods= must exist on the class."
+            )
+        fn = prewrap(fn)
+
+        def wrapped_fn(self: Any, *call_args: Any, **call_kwargs: Any) -> Any:
+            scopes, call_args, call_kwargs = collect_scopes(
+                self, call_args, call_kwargs, fn_name)
+            owner_state = self._state
+            snapshot = export_state(owner_state)
+            template = base_instance(self, module_class)
+
+            def core_fn(scopes: Any, *a: Any, **k: Any) -> Any:
+                return run_on_clone(fn, template, snapshot, owner_state,
+                                    _scopes_list(scopes), a, k, fn_name)
+
+            core_fn.__name__ = fn_name
+            trafo_fn = transform(core_fn, *args, **kwargs)
+            return trafo_fn(scopes, *call_args, **call_kwargs)
+
+        functools.update_wrapper(wrapped_fn, fn)
+        wrapped_fn._flaxen_wrapped = True
+        return wrapped_fn
+
+    namespace = {name: create(name, a, kw) for name, (a, kw) in per_method.items()}
+    namespace["__module__"] = _PUBLIC_MODULE
+    cls = type(prefix + module_class.__name__, (module_class,), namespace)
+    cls.__qualname__ = cls.__name__
+    return cls
+
+
+def lift_transform(transform: Callable[..., Any], target: Any, *trafo_args: Any,
+                   methods: Any = None, class_prefix: str | None = None,
+                   **trafo_kwargs: Any) -> Any:
+    """Applies a core ``transform`` to a Module class or to a method/function."""
+    if is_module_class(target):
+        return module_class_lift_transform(transform, target, *trafo_args, methods=methods,
+                                           class_prefix=class_prefix, **trafo_kwargs)
+    fn = unbound_fn(target)
+    return decorator_lift_transform(transform, fn, *trafo_args, **trafo_kwargs)
+
+
+def lift_direct_transform(transform: Callable[..., Any], targets: tuple, mdl: Any,
+                          *args: Any, multi_scope: bool = True, **kwargs: Any) -> Any:
+    """Applies ``transform`` to ``targets`` (functions of a Module) and calls it on ``mdl``.
+
+    Used by the call-site transforms (``vjp``, ``jvp``, ``cond``, ``while_loop``, ...).
+    """
+    for target in targets:
+        if is_module_class(target):
+            raise errors.TransformTargetError(target)
+    fns = tuple(unbound_fn(t) for t in targets)
+    if not isinstance(mdl, ModuleBase):
+        raise TypeError(
+            f"{_fn_name(transform)} expects a Module instance after its function "
+            f"argument(s), got {mdl!r} of type {type(mdl).__name__}. Pass the Module the "
+            "function should run on, e.g. nn.vjp(fn, self, x)."
+        )
+
+    def aug_transform(*core_fns: Callable[..., Any]) -> Callable[..., Any]:
+        return functools.partial(transform, *core_fns)
+
+    return decorator_lift_transform(aug_transform, fns, multi_scope=multi_scope)(
+        mdl, *args, **kwargs)
+
+
+def module_fingerprint(x: Any, _depth: int = 0) -> Any:
+    """A hashable summary of a value's configuration (Modules: class + fields + name)."""
+    if isinstance(x, ModuleBase):
+        if _depth > 32:
+            return ("module", id(x))
+        cls = type(x)
+        d = x.__dict__
+        return (cls, d.get("name"), tuple(
+            module_fingerprint(d.get(f), _depth + 1) for f in cls._flaxen_fields))
+    if isinstance(x, (list, tuple)):
+        return (type(x), tuple(module_fingerprint(v, _depth + 1) for v in x))
+    if isinstance(x, Mapping):
+        return (type(x), tuple((k, module_fingerprint(v, _depth + 1)) for k, v in x.items()))
+    try:
+        hash(x)
+    except TypeError:
+        return ("id", id(x))
+    return x
