@@ -140,7 +140,7 @@ def main(argv=None) -> float:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     args = parse_args(argv)
-    console = Console()
+    console = Console(soft_wrap=True)  # keep long paths on one line
     start = time.perf_counter()
     # Single-file msgpack checkpoints: the same format whether or not orbax is installed.
     config.update("flax_use_orbax_checkpointing", False)
