@@ -32,17 +32,18 @@ def encode_parts(state_dict: Any, copy_arrays: bool = False) -> list[Any]:
     finish later on another thread (JAX arrays are immutable and are never copied).
     """
     try:
+        # The shared encoder's part list (headers as bytes, big arrays as themselves) is
+        # exactly what streaming needs; tests check the file equals `to_bytes`.
         from flaxen._msgpack_ext import _Writer
-    except ImportError:  # pragma: no cover - the shared encoder changed shape
-        return [serialization.msgpack_serialize(state_dict, in_place=True)]
-    writer = _Writer(serialization.MAX_CHUNK_SIZE, False)
-    try:
+
+        writer = _Writer(serialization.MAX_CHUNK_SIZE, False)
         writer.value(state_dict)
-    except (TypeError, ValueError, OverflowError):
-        # Let the public encoder produce its error message, which names the failing path.
+        writer.flush()
+        parts = list(writer.parts)
+    except Exception:
+        # Anything unexpected: the public encoder either produces the bytes or raises its
+        # error message, which names the failing path.
         return [serialization.msgpack_serialize(state_dict, in_place=True)]
-    writer.flush()
-    parts = writer.parts
     if copy_arrays:
         parts = [p.copy() if type(p) is np.ndarray and p.flags.writeable else p for p in parts]
     return parts
