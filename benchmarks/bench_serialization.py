@@ -87,7 +87,7 @@ def run(quick: bool) -> list[Result]:
         from flax import serialization as fser
     size = (64 if quick else 1024) * 2**20
     tree, nbytes = _tree(size)
-    rounds = 3 if quick else 5
+    rounds = 3
 
     impls = {
         "flaxen": (xser.to_bytes, xser.from_bytes),

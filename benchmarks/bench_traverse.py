@@ -67,6 +67,11 @@ def run(quick: bool) -> list[Result]:
             "flax": ftu and (lambda: ftu.unflatten_dict(flat)),
             "jax": lambda: _plain_unflatten(flat),
         }, rounds=rounds),
+        compare("traverse", f"unflatten_dict(flatten_dict(tree)) ({len(flat)} leaves)", {
+            "flaxen": lambda: xtu.unflatten_dict(xtu.flatten_dict(tree)),
+            "flax": ftu and (lambda: ftu.unflatten_dict(ftu.flatten_dict(tree))),
+            "jax": lambda: _plain_unflatten(_plain_flatten(tree)),
+        }, rounds=rounds),
         compare("traverse", "flatten_dict(sep='/') + unflatten_dict(sep='/')", {
             "flaxen": lambda: xtu.unflatten_dict(xtu.flatten_dict(tree, sep="/"), sep="/"),
             "flax": ftu and (lambda: ftu.unflatten_dict(ftu.flatten_dict(tree, sep="/"), sep="/")),

@@ -180,9 +180,6 @@ def flatten_dict(
     return out
 
 
-_MISSING = object()
-
-
 def unflatten_dict(xs: Mapping[Any, Any], sep: str | None = None) -> dict[Any, Any]:
     """Turns a flat dict keyed by path tuples (or ``sep``-joined strings) back into a nested dict.
 
@@ -198,56 +195,61 @@ def unflatten_dict(xs: Mapping[Any, Any], sep: str | None = None) -> dict[Any, A
             f"unflatten_dict expects a dict of path -> value, got {type(xs).__name__}. "
             "Pass the output of flatten_dict."
         )
+    if sep is not None:
+        xs = {tuple(k.split(sep)): v for k, v in xs.items()}
     result: dict[Any, Any] = {}
-    created: set[int] = set()  # ids of the sub-dicts built here (not leaf values)
-    # Sibling leaves share their parent: flat dicts from flatten_dict list them
-    # together, so the walk from the root reruns only when the prefix changes.
-    prev_prefix: Any = None
+    created: list[dict] = []  # the sub-dicts built here, as opposed to leaf values
+    created_ids: set[int] = set()
+    empty = empty_node
+    # Flat dicts from flatten_dict list siblings together: walk to the parent
+    # only when the prefix changes.
+    prev_prefix: Any = ()
     parent = result
     for path, value in xs.items():
-        if sep is not None:
-            path = tuple(path.split(sep))
-        elif type(path) is not tuple:
-            path = tuple(path)
-        if value is empty_node:
+        if value is empty:
             value = {}
         prefix = path[:-1]
         if prefix != prev_prefix:
-            parent = _walk_to_parent(result, path, created)
+            parent = result
+            for key in prefix:
+                node = parent.get(key, _MISSING)
+                if node is _MISSING:
+                    node = parent[key] = {}
+                    created.append(node)
+                    created_ids.add(id(node))
+                elif id(node) not in created_ids:
+                    # A leaf value (maybe a dict): never write into it.
+                    _raise_conflict(xs)
+                parent = node
             prev_prefix = prefix
         try:
-            last = path[-1]
+            parent[path[-1]] = value
         except IndexError:
             raise ValueError(
                 "unflatten_dict got an empty path () as a key; every key needs at least one "
                 "part, e.g. ('params',)."
             ) from None
-        if last in parent and id(parent[last]) in created:
-            raise ValueError(
-                f"unflatten_dict: key {path!r} is a leaf but other keys use it as a sub-dict. "
-                "A key cannot be both a leaf and a sub-dict; remove one of the two entries."
-            )
-        parent[last] = value
+    # Each leaf and each built sub-dict fills one slot of its parent. Fewer filled
+    # slots means a leaf landed on a slot that other keys use as a sub-dict.
+    if len(result) + sum(map(len, created)) != len(xs) + len(created):
+        _raise_conflict(xs)
     return result
 
 
-def _walk_to_parent(result: dict, path: Path, created: set[int]) -> dict:
-    """Walks/creates the dicts along ``path[:-1]`` and returns the last one."""
-    cursor = result
-    for i in range(len(path) - 1):
-        key = path[i]
-        node = cursor.get(key, _MISSING)
-        if node is _MISSING:
-            node = cursor[key] = {}
-            created.add(id(node))
-        elif type(node) is not dict:
-            raise ValueError(
-                f"unflatten_dict: path {path!r} goes through {path[:i + 1]!r}, which already "
-                f"holds a leaf ({node!r:.60}). A key cannot be both a leaf and a sub-dict; "
-                "remove one of the two entries."
-            )
-        cursor = node
-    return cursor
+_MISSING = object()
+_CONFLICT_FIX = "A key cannot be both a leaf and a sub-dict; remove one of the two entries."
+
+
+def _raise_conflict(xs: Mapping[Any, Any]) -> None:
+    keys = {tuple(path) for path in xs}
+    for path in xs:
+        for i in range(1, len(path)):
+            if tuple(path[:i]) in keys:
+                raise ValueError(
+                    f"unflatten_dict: key {tuple(path[:i])!r} holds a leaf, but key {path!r} uses "
+                    f"it as a sub-dict. {_CONFLICT_FIX}"
+                )
+    raise ValueError(f"unflatten_dict: two keys name the same entry. {_CONFLICT_FIX}")
 
 
 def path_aware_map(

@@ -63,14 +63,25 @@ def test_flatten_rejects_non_dicts():
 
 
 def test_unflatten_conflicts_and_empty_paths_raise():
-    with pytest.raises(ValueError, match=r"already holds a leaf"):
+    with pytest.raises(ValueError, match=r"key \('a',\) holds a leaf, but key \('a', 'b'\)"):
         tu.unflatten_dict({("a",): 1, ("a", "b"): 2})
     with pytest.raises(ValueError, match="both a leaf and a sub-dict"):
         tu.unflatten_dict({("a", "b"): 2, ("a",): 1})
     with pytest.raises(ValueError, match="empty path"):
         tu.unflatten_dict({(): 1})
     assert tu.unflatten_dict(FrozenDict({("a", "b"): 1})) == {"a": {"b": 1}}
+    assert tu.unflatten_dict({"ab": 1, ("c",): 2}) == {"a": {"b": 1}, "c": 2}  # str keys are paths too
     assert tu.unflatten_dict({("a",): None, ("b", "c"): None}) == {"a": None, "b": {"c": None}}
+    with pytest.raises(ValueError, match="both a leaf and a sub-dict"):
+        tu.unflatten_dict({("a",): None, ("a", "b"): 1})
+    with pytest.raises(ValueError, match="holds a leaf"):
+        tu.unflatten_dict({("a",): [1], ("a", "b"): 1})
+    leaf = {"x": 1}
+    with pytest.raises(ValueError, match="holds a leaf"):
+        tu.unflatten_dict({("a",): leaf, ("a", "b"): 2})
+    assert leaf == {"x": 1}  # Flax would merge into (mutate) the leaf dict
+    with pytest.raises(ValueError, match="both a leaf and a sub-dict"):
+        tu.unflatten_dict({("a", "b", "c"): 1, ("a", "b"): 2, ("a", "b", "d"): 3})
 
 
 def test_path_aware_map():
