@@ -143,3 +143,18 @@ def test_importing_activation_does_not_load_the_module_system():
 def test_unknown_attribute_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no_such_activation"):
         act.no_such_activation  # noqa: B018
+
+
+def test_prelu_learns_a_scalar_slope():
+    import flaxen.linen as nn
+
+    layer = nn.PReLU(negative_slope_init=0.2)
+    x = jnp.array([-2.0, 0.0, 3.0])
+    y, v = layer.init_with_output(jax.random.key(0), x)
+    assert v["params"]["negative_slope"].shape == ()
+    np.testing.assert_allclose(y, [-0.4, 0.0, 3.0], rtol=1e-6)
+    g = jax.grad(lambda p: layer.apply({"params": p}, x).sum())(v["params"])
+    np.testing.assert_allclose(g["negative_slope"], -2.0)
+    assert act.PReLU is nn.PReLU
+    y16 = layer.apply(v, x.astype(jnp.bfloat16))
+    assert y16.dtype == jnp.bfloat16
