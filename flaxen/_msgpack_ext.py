@@ -370,8 +370,7 @@ def _new_bytes(n: int) -> tuple[bytes | bytearray, memoryview]:
         return holder, memoryview(holder)
 
 
-def encode(pytree: Any, chunk_size: int, sort_keys: bool) -> bytes:
-    """Packs ``pytree`` exactly like Flax's ``msgpack_serialize``; see the module docstring."""
+def _write_tree(pytree: Any, chunk_size: int, sort_keys: bool) -> _Writer:
     writer = _Writer(chunk_size, sort_keys)
     try:
         writer.value(pytree)
@@ -379,7 +378,24 @@ def encode(pytree: Any, chunk_size: int, sort_keys: bool) -> bytes:
         path = getattr(e, "_flaxen_path", None)
         where = "/" + "/".join(reversed(path)) if path else "/"
         raise type(e)(f"At {where}: {e}") from e
-    return writer.finish()
+    return writer
+
+
+def encode(pytree: Any, chunk_size: int, sort_keys: bool) -> bytes:
+    """Packs ``pytree`` exactly like Flax's ``msgpack_serialize``; see the module docstring."""
+    return _write_tree(pytree, chunk_size, sort_keys).finish()
+
+
+def encode_parts(pytree: Any, chunk_size: int, sort_keys: bool) -> list[Any]:
+    """The encoding of ``pytree`` as ``bytes`` pieces and numpy arrays, in order, uncopied.
+
+    Concatenating each part's bytes (arrays in C order) gives exactly
+    :func:`encode`'s output; for streaming a large tree to a file without
+    building it in memory. The arrays may be views of the caller's data.
+    """
+    writer = _write_tree(pytree, chunk_size, sort_keys)
+    writer.flush()
+    return writer.parts
 
 
 # ----------------------------------------------------------------------------- decoding

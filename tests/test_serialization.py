@@ -289,3 +289,11 @@ def test_property_round_trip(tree, in_place):
     _assert_same(tree, out, ordered=in_place)
     # Bytes from to_bytes restore into the original tree's shape (lists stay lists).
     _assert_same(tree, ser.from_bytes(tree, ser.to_bytes(tree)))
+
+
+def test_encode_parts_concatenate_to_the_bytes():
+    tree = {"a": np.arange(40_000, dtype=np.float32), "b": [1, "x"], "c": jnp.ones((3, 3), jnp.bfloat16)}
+    parts = _msgpack_ext.encode_parts(tree, ser.MAX_CHUNK_SIZE, sort_keys=False)
+    joined = b"".join(p if type(p) is bytes else np.ascontiguousarray(p).tobytes() for p in parts)
+    assert joined == ser.msgpack_serialize(tree, in_place=True)
+    assert any(type(p) is np.ndarray for p in parts)  # large arrays are not copied into parts
