@@ -77,6 +77,17 @@ from flaxen.linen.attention import (
     make_attention_mask,
     make_causal_mask,
 )
+from flaxen.linen.recurrent import (
+    RNN,
+    Bidirectional,
+    ConvLSTMCell,
+    GRUCell,
+    LSTMCell,
+    MGUCell,
+    OptimizedLSTMCell,
+    RNNCellBase,
+    SimpleCell,
+)
 # --- end layers ---
 
 # --- spmd (edited by the lead) ---
