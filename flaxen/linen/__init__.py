@@ -115,7 +115,7 @@ from flaxen.linen.spmd import (
 # --- end spmd ---
 
 # --- transforms (edited by the transforms helper) ---
-from flaxen.linen import transforms
+from flaxen.linen import partitioning, transforms
 from flaxen.linen.transforms import (
     add_metadata_axis,
     checkpoint,

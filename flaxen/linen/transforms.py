@@ -33,6 +33,7 @@ called directly with the function, the Module and the inputs. The work is done b
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -74,6 +75,42 @@ def _identity(x: Any) -> Any:
 
 # --- mapping transforms --------------------------------------------------------------------
 
+class BroadcastVariableWriteError(errors.FlaxError, ValueError):
+    """A variable of a broadcast collection got per-batch-element values inside ``nn.vmap``.
+
+    Also a ``ValueError``, which is what Flax raises (from ``jax.vmap``).
+    """
+
+
+_BATCHED_BROADCAST = re.compile(
+    r"at vmap out_axes\[1\](?:\[\d+\])*((?:\['[^']*'\])+), got axis spec None but output "
+    r"was batched")
+
+
+def _checked_vmap(fn: Callable[..., Any], variable_axes: Any, split_rngs: Any,
+                  **kwargs: Any) -> Callable[..., Any]:
+    """``lift.vmap`` that explains a write to a broadcast collection inside the vmap."""
+    vmapped = lift.vmap(fn, variable_axes, split_rngs, **kwargs)
+    name = getattr(fn, "__name__", "fn")
+
+    def wrapper(scopes: Any, *args: Any, **kw: Any) -> Any:
+        try:
+            return vmapped(scopes, *args, **kw)
+        except ValueError as e:
+            found = _BATCHED_BROADCAST.search(str(e))
+            if found is None:
+                raise
+            path = "/" + "/".join(re.findall(r"\['([^']*)'\]", found.group(1)))
+            col = path.split("/")[1]
+            raise BroadcastVariableWriteError(
+                f"nn.vmap of {name}: variable {path} was written inside the vmap with a "
+                f"different value per batch element, but its collection {col!r} is broadcast "
+                f"(variable_axes={dict(variable_axes)}). Map it instead, e.g. "
+                f"variable_axes={{{col!r}: 0, ...}}, or do not update it inside the vmap."
+            ) from None
+
+    return wrapper
+
 
 def vmap(
     target: Target,
@@ -105,7 +142,7 @@ def vmap(
     (3, 4, 2)
     """
     return lift_transform(
-        lift.vmap, target, variable_axes, split_rngs, methods=methods, class_prefix="Vmap",
+        _checked_vmap, target, variable_axes, split_rngs, methods=methods, class_prefix="Vmap",
         in_axes=in_axes, out_axes=out_axes, axis_size=axis_size, axis_name=axis_name,
         spmd_axis_name=spmd_axis_name, metadata_params=metadata_params)
 
