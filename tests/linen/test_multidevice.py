@@ -242,3 +242,16 @@ def test_pmap_ensemble_with_replicate():
             jax.random.split(KEY, n), 0.1).params)}, x)) for i in range(n)]
     np.testing.assert_allclose(jax_utils.unreplicate(probs), np.mean(members, axis=0),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_multihost_example_runs_single_process(capsys):
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[2] / "examples" / "multihost.py"
+    spec = importlib.util.spec_from_file_location("multihost_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    assert example.main(["--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "step 1: loss" in out and "P(None, None, 'model')" in out
