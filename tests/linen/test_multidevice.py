@@ -244,13 +244,15 @@ def test_pmap_ensemble_with_replicate():
                                rtol=1e-5, atol=1e-6)
 
 
-def test_multihost_example_runs_single_process(capsys):
+def test_multihost_example_runs_single_process(capsys, monkeypatch):
     import importlib.util
     import pathlib
+    import sys
 
     path = pathlib.Path(__file__).parents[2] / "examples" / "multihost.py"
     spec = importlib.util.spec_from_file_location("multihost_example", path)
     example = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "multihost_example", example)  # dataclasses need it
     spec.loader.exec_module(example)
     assert example.main(["--steps", "2"]) == 0
     out = capsys.readouterr().out
