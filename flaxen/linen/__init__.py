@@ -63,7 +63,15 @@ from flaxen.linen.activation import (
 )
 from flaxen.linen.initializers import ones, ones_init, zeros, zeros_init
 from flaxen.linen.linear import Conv, ConvLocal, ConvTranspose, Dense, DenseGeneral, Einsum, Embed
-from flaxen.linen.normalization import BatchNorm, GroupNorm, InstanceNorm, LayerNorm, RMSNorm
+from flaxen.linen.normalization import (
+    BatchNorm,
+    GroupNorm,
+    InstanceNorm,
+    LayerNorm,
+    RMSNorm,
+    SpectralNorm,
+    WeightNorm,
+)
 from flaxen.linen.pooling import avg_pool, max_pool, pool
 from flaxen.linen.stochastic import Dropout
 from flaxen.linen.combinators import Sequential

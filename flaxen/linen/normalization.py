@@ -372,3 +372,9 @@ class InstanceNorm(Module):
             self, x, mean, var, reduction_axes, feature_axes, self.dtype, self.param_dtype,
             self.epsilon, self.use_bias, self.use_scale, self.bias_init, self.scale_init,
         )
+
+
+# The weight re-parameterising wrappers use lifted transforms; they live in their own file.
+from flaxen.linen._wrapper_norms import SpectralNorm, WeightNorm  # noqa: E402
+
+__all__ += ["SpectralNorm", "WeightNorm"]

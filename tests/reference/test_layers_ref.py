@@ -531,3 +531,59 @@ def test_dropout_and_sequential_errors_match_flax():
             lib.Dropout(0.5, deterministic=True).apply({}, jnp.ones(3), deterministic=True)
         with pytest.raises(ValueError, match="Empty Sequential"):
             lib.Sequential([]).init(jax.random.key(0), jnp.ones(3))
+
+
+def _wrapped_model(lib, wrapper, inner, **kw):
+    class Net(lib.Module):
+        @lib.compact
+        def __call__(self, x, train=True):
+            x = lib.Dense(6)(x)
+            layer = getattr(lib, wrapper)(inner(lib), **kw)
+            if wrapper == "SpectralNorm":
+                return layer(x, update_stats=train)
+            return layer(x)
+
+    return Net()
+
+
+@pytest.mark.parametrize(
+    "wrapper, inner, kw, shape",
+    [
+        ("SpectralNorm", lambda lib: lib.Dense(4), {}, (2, 5)),
+        ("SpectralNorm", lambda lib: lib.Conv(3, (2, 2)), {"n_steps": 3}, (1, 4, 4, 5)),
+        ("SpectralNorm", lambda lib: lib.DenseGeneral((3, 2), axis=-1), {}, (2, 5)),
+        ("SpectralNorm", lambda lib: lib.Dense(4), {"collection_name": "spectral",
+                                                   "dtype": jnp.bfloat16}, (2, 5)),
+        ("WeightNorm", lambda lib: lib.Dense(4), {}, (2, 5)),
+        ("WeightNorm", lambda lib: lib.Conv(3, (2, 2)), {"feature_axes": None}, (1, 4, 4, 5)),
+        ("WeightNorm", lambda lib: lib.Conv(3, (2, 2)), {"feature_axes": (-2, -1)},
+         (1, 4, 4, 5)),
+        ("WeightNorm", lambda lib: lib.Dense(4), {"variable_filter": {"kernel", "bias"},
+                                                 "scale_init": fnn.initializers.normal(1.0)},
+         (2, 5)),
+        ("WeightNorm", lambda lib: lib.Dense(4), {"use_scale": False}, (2, 5)),
+    ],
+)
+def test_spectral_and_weight_norm_match_flax(wrapper, inner, kw, shape):
+    x = _x(shape)
+    ours = _wrapped_model(nn, wrapper, inner, **kw)
+    theirs = _wrapped_model(fnn, wrapper, inner, **kw)
+    vo, vt = ours.init(jax.random.key(0), x), theirs.init(jax.random.key(0), x)
+    _tree_same(_plain(vo), _plain(vt))
+    cols = [c for c in vt if c != "params"]
+    out_o = ours.apply(vt, x, mutable=cols)
+    out_t = theirs.apply(vt, x, mutable=cols)
+    _tree_same(_plain(out_o), _plain(out_t))
+    # Also as the top-level Module (the wrapped layer is then named 'layer_instance').
+    ours = getattr(nn, wrapper)(inner(nn), **kw)
+    theirs = getattr(fnn, wrapper)(inner(fnn), **kw)
+    extra = {"update_stats": True} if wrapper == "SpectralNorm" else {}
+    _tree_same(_plain(ours.init(jax.random.key(1), x, **extra)),
+               _plain(theirs.init(jax.random.key(1), x, **extra)))
+
+
+def test_spectral_norm_non_matrix_error_matches_flax():
+    for lib in (nn, fnn):
+        with pytest.raises(ValueError, match="error_on_non_matrix"):
+            lib.SpectralNorm(lib.Conv(3, (2, 2)), error_on_non_matrix=True).init(
+                jax.random.key(0), jnp.ones((1, 4, 4, 2)), update_stats=True)
