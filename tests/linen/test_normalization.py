@@ -126,3 +126,33 @@ def test_instance_norm_rejects_batch_axis_and_bad_axes():
         nn.InstanceNorm(feature_axes=(0, -1)).init(KEY, X)
     with pytest.raises(IndexError, match=r"axis 5.*3 dimensions"):
         nn.LayerNorm(reduction_axes=5).init(KEY, X)
+
+
+def test_spectral_norm_bounds_the_largest_singular_value():
+    layer = nn.SpectralNorm(nn.Dense(6, kernel_init=nn.initializers.normal(3.0)), n_steps=20)
+    x = jnp.ones((2, 5))
+    v = layer.init(KEY, x, update_stats=True)
+    _, upd = layer.apply(v, x, update_stats=True, mutable=["batch_stats"])
+    kernel = np.asarray(v["params"]["layer_instance"]["kernel"])
+    sigma = float(upd["batch_stats"]["layer_instance/kernel/sigma"])
+    np.testing.assert_allclose(sigma, np.linalg.svd(kernel, compute_uv=False)[0], rtol=1e-3)
+    # With the stats frozen nothing is written back.
+    _, same = layer.apply(v, x, update_stats=False, mutable=["batch_stats"])
+    np.testing.assert_array_equal(same["batch_stats"]["layer_instance/kernel/u"],
+                                  v["batch_stats"]["layer_instance/kernel/u"])
+
+
+def test_spectral_norm_rejects_non_matrices_when_asked():
+    layer = nn.SpectralNorm(nn.Conv(3, (2, 2)), error_on_non_matrix=True)
+    with pytest.raises(ValueError, match="layer_instance/kernel"):
+        layer.init(KEY, jnp.ones((1, 4, 4, 2)), update_stats=True)
+
+
+def test_weight_norm_gives_unit_columns_times_scale():
+    layer = nn.WeightNorm(nn.Dense(3, use_bias=False), scale_init=nn.initializers.constant(2.0))
+    x = jnp.eye(4)
+    y, v = layer.init_with_output(KEY, x)
+    assert v["params"]["layer_instance/kernel/scale"].shape == (3,)
+    np.testing.assert_allclose(np.linalg.norm(np.asarray(y), axis=0), 2.0, rtol=1e-5)
+    _, v2 = nn.WeightNorm(nn.Dense(3), use_scale=False).init_with_output(KEY, x)
+    assert set(v2["params"]) == {"layer_instance"}
