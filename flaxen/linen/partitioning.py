@@ -17,8 +17,8 @@ helpers are the ones of :mod:`flaxen.linen.spmd` under their old names.
 ...             'w', nn.initializers.ones, (x.shape[-1], 2), axes=('embed', 'mlp'))
 ...         return x @ w
 >>> variables = Foo().init(jax.random.PRNGKey(0), jnp.ones((1, 3)))
->>> nn_partitioning.get_axis_names(variables['params_axes'])['w']
-PartitionSpec('embed', 'mlp')
+>>> tuple(nn_partitioning.get_axis_names(variables['params_axes'])['w'])
+('embed', 'mlp')
 """
 
 from __future__ import annotations
@@ -209,17 +209,6 @@ def _remove_axis(tree: Any, index: int) -> Any:
     return jax.tree_util.tree_map(f, tree, is_leaf=lambda x: isinstance(x, AxisMetadata))
 
 
-def _axes_lift(fn: Callable[..., Any], names: Mapping[str, tuple[int, str]]) -> Callable[..., Any]:
-    """``fn`` (a function of scopes) whose ``<col>_axes`` boxes gain ``(index, name)``."""
-    for col, (index, axis_name) in names.items():
-        fn = lift.map_variables(
-            fn, f"{col}_axes",
-            functools.partial(_remove_axis, index=index),
-            functools.partial(_insert_axis, index=index, axis_name=axis_name),
-            mutable=True)
-    return fn
-
-
 def _with_axes_collections(variable_axes: Mapping, cols: Mapping[str, Any]) -> dict:
     # The *_axes collections hold leafless boxes: mapping them along the same axis as their
     # collection lets them be written inside the transform without moving any data.
@@ -284,14 +273,16 @@ def vmap_with_axes(
     names = {col: (variable_axes[col], name) for col, name in partitioning_axis_names.items()
              if variable_axes.get(col) is not None}
     axes = _with_axes_collections(variable_axes, {c: ix for c, (ix, _) in names.items()})
-
-    def transform(fn: Callable[..., Any]) -> Callable[..., Any]:
-        vmapped = lift.vmap(fn, axes, split_rngs, in_axes=in_axes, out_axes=out_axes,
-                            axis_size=axis_size, axis_name=axis_name,
-                            spmd_axis_name=spmd_axis_name)
-        return _axes_lift(vmapped, names)
-
-    return lift_transform(transform, target, methods=methods, class_prefix="Vmap")
+    vmapped = transforms.vmap(
+        target, variable_axes=axes, split_rngs=split_rngs, in_axes=in_axes, out_axes=out_axes,
+        axis_size=axis_size, axis_name=axis_name, spmd_axis_name=spmd_axis_name,
+        methods=methods)
+    for col, (index, axis_name_) in names.items():
+        vmapped = transforms.map_variables(
+            vmapped, f"{col}_axes", functools.partial(_remove_axis, index=index),
+            functools.partial(_insert_axis, index=index, axis_name=axis_name_),
+            mutable=True, methods=methods)
+    return vmapped
 
 
 def _core_remat_static(fn: Callable[..., Any], variables: CollectionFilter = True,

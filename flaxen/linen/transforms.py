@@ -416,9 +416,11 @@ def vjp(
     >>> class Foo(nn.Module):
     ...     @nn.compact
     ...     def __call__(self, x):
-    ...         y, bwd = nn.vjp(lambda mdl, x: mdl(x), nn.Dense(2), x)
+    ...         dense = nn.Dense(2)
+    ...         dense(x)  # create the params first: vjp differentiates existing ones
+    ...         y, bwd = nn.vjp(lambda mdl, x: mdl(x), dense, x)
     ...         params_grad, x_grad = bwd(jnp.ones_like(y))
-    ...         return params_grad['kernel'].shape, x_grad.shape
+    ...         return params_grad['params']['kernel'].shape, x_grad.shape
     >>> Foo().init_with_output(jax.random.PRNGKey(0), jnp.ones((1, 3)))[0]
     ((3, 2), (1, 3))
     """
@@ -589,11 +591,12 @@ def cond(
     >>> import jax, jax.numpy as jnp
     >>> import flaxen.linen as nn
     >>> class Foo(nn.Module):
-    ...     @nn.compact
+    ...     def setup(self):
+    ...         self.dense = nn.Dense(2)
     ...     def __call__(self, x, pred):
-    ...         dense = nn.Dense(2)
-    ...         return nn.cond(pred, lambda mdl, x: dense(x), lambda mdl, x: -dense(x),
-    ...                        self, x)
+    ...         # reach submodules through the Module argument, never by closure
+    ...         return nn.cond(pred, lambda mdl, x: mdl.dense(x),
+    ...                        lambda mdl, x: -mdl.dense(x), self, x)
     >>> variables = Foo().init(jax.random.PRNGKey(0), jnp.ones((1, 3)), True)
     >>> Foo().apply(variables, jnp.ones((1, 3)), False).shape
     (1, 2)

@@ -90,7 +90,7 @@ def test_vmap_with_axes_inserts_axis_name(axis, expected):
 
     V = P.vmap_with_axes(VB, variable_axes={"params": axis}, split_rngs={"params": True},
                          partitioning_axis_names={"params": "ens"})
-    assert V.__name__ == "VmapVB"
+    assert V.__name__ == "Map_variablesVmapVB"  # as in Flax
     v = V().init(KEY, jnp.ones((3, 2, 4)))
     assert v["params_axes"]["w_axes"].names == expected
 

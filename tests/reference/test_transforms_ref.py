@@ -455,3 +455,45 @@ def test_autodiff_transforms():
         return Model()
 
     _compare(build, (X,))
+
+
+# -------------------------------------------------------------- legacy partitioning API
+
+
+def test_partitioning_scan_and_vmap_with_axes():
+    import flax.linen.partitioning as fp
+
+    import flaxen.linen.partitioning as xp
+
+    def build(nn, P, kind):
+        class Body(nn.Module):
+            @nn.compact
+            def __call__(self, c, _):
+                w = P.param_with_axes("w", nn.initializers.lecun_normal(), (3, 3),
+                                      axes=("embed", "mlp"))
+                return c @ w, None
+
+        class VBody(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                return Body()(x, None)[0]
+
+        if kind == "scan":
+            return P.scan_with_axes(Body, variable_axes={"params": 0},
+                                    split_rngs={"params": True}, length=3)(), (X, None)
+        return P.vmap_with_axes(VBody, variable_axes={"params": 1},
+                                split_rngs={"params": True},
+                                partitioning_axis_names={"params": "ens"})(), (X[None],)
+
+    for kind in ("scan", "vmap"):
+        (fm, args), (xm, _) = build(fnn, fp, kind), build(xnn, xp, kind)
+        assert type(fm).__name__ == type(xm).__name__
+        fv, xv = fm.init(KEY, *args), xm.init(KEY, *args)
+        _bits_equal(fv["params"], xv["params"])
+        f_names = jax.tree_util.tree_map(tuple, fp.get_axis_names(fv["params_axes"]),
+                                         is_leaf=lambda s: isinstance(
+                                             s, jax.sharding.PartitionSpec))
+        x_names = jax.tree_util.tree_map(tuple, xp.get_axis_names(xv["params_axes"]),
+                                         is_leaf=lambda s: isinstance(
+                                             s, jax.sharding.PartitionSpec))
+        assert dict(f_names) == dict(x_names)
