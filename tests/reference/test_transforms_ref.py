@@ -497,3 +497,25 @@ def test_partitioning_scan_and_vmap_with_axes():
                                          is_leaf=lambda s: isinstance(
                                              s, jax.sharding.PartitionSpec))
         assert dict(f_names) == dict(x_names)
+
+
+@pytest.mark.parametrize("transform", ["jit", "remat", "vmap"])
+def test_function_target_creating_submodules_keeps_auto_names(transform):
+    def build(nn):
+        kwargs = ({"variable_axes": {"params": None}, "split_rngs": {"params": False}}
+                  if transform == "vmap" else {})
+
+        class Model(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                x = nn.Dense(3)(x)
+                x = getattr(nn, transform)(lambda mdl, x: nn.Dense(3)(x), **kwargs)(self, x)
+                return nn.Dense(2)(x)
+
+        return Model()
+
+    fv, xv = _compare(build, (X,))
+    assert sorted(xv["params"]) == ["Dense_0", "Dense_1", "Dense_2"]
+    # a second apply (a cached trace under jit) must see the same names
+    model = build(xnn)
+    np.testing.assert_allclose(model.apply(xv, X), model.apply(xv, X), rtol=1e-6)
