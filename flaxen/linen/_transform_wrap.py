@@ -437,7 +437,7 @@ def module_fingerprint(x: Any, _depth: int = 0) -> Any:
     """A hashable summary of a value's configuration (Modules: class + fields + name)."""
     if isinstance(x, ModuleBase):
         if _depth > 32:
-            return ("module", id(x))
+            return _ByIdentity(x)
         cls = type(x)
         d = x.__dict__
         return (cls, d.get("name"), tuple(
@@ -449,5 +449,24 @@ def module_fingerprint(x: Any, _depth: int = 0) -> Any:
     try:
         hash(x)
     except TypeError:
-        return ("id", id(x))
+        return _ByIdentity(x)
     return x
+
+
+class _ByIdentity:
+    """Hashable stand-in for an unhashable value (an array field): equal only to itself.
+
+    It holds the value, so its id cannot be reused by another object while a cache key
+    containing it is alive.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _ByIdentity) and other.value is self.value

@@ -461,3 +461,17 @@ def test_named_call_labels_and_returns():
             return nn.transforms.named_call(lambda self, x: x * 2)(self, x)
 
     assert float(Foo().apply({}, 2.0)) == 4.0
+
+
+def test_jit_cache_distinguishes_unhashable_fields():
+    class AddConst(nn.Module):
+        const: jnp.ndarray
+
+        @nn.compact
+        def __call__(self, x):
+            return x + self.const
+
+    J = nn.jit(AddConst)
+    for value in (1.0, 2.0, 3.0):
+        out = J(jnp.full((2,), value)).apply({}, jnp.zeros((2,)))
+        np.testing.assert_allclose(out, [value, value])
