@@ -123,6 +123,7 @@ from flaxen.linen.spmd import (
 # --- end spmd ---
 
 # --- transforms (edited by the transforms helper) ---
+from flaxen.core.axes_scan import broadcast
 from flaxen.linen import partitioning, transforms
 from flaxen.linen.transforms import (
     add_metadata_axis,
