@@ -22,6 +22,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from flaxen.linen import initializers
 from flaxen.linen._norm_math import Axes, canonicalize_axes, compute_stats, normalize
@@ -30,6 +31,21 @@ from flaxen.linen.module import Module, compact, merge_param
 Array = jax.Array
 Dtype = Any
 Initializer = initializers.Initializer
+
+def _check_mask(layer: str, x: Array, mask: Array | None) -> None:
+    if mask is None:
+        return
+    try:
+        ok = np.broadcast_shapes(np.shape(mask), x.shape) == x.shape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"{layer}: mask of shape {np.shape(mask)} does not broadcast to the inputs' "
+            f"shape {x.shape}. Pass a boolean mask of shape {x.shape} (or one that "
+            "broadcasts to it) marking the entries to include in the statistics."
+        )
+
 
 __all__ = [
     "BatchNorm",
@@ -92,6 +108,7 @@ class BatchNorm(Module):
         use_running_average = merge_param(
             "use_running_average", self.use_running_average, use_running_average
         )
+        _check_mask("BatchNorm", x, mask)
         feature_axes = canonicalize_axes(x.ndim, self.axis, "BatchNorm", "axis")
         reduction_axes = tuple(i for i in range(x.ndim) if i not in feature_axes)
         feature_shape = tuple(x.shape[ax] for ax in feature_axes)
@@ -162,6 +179,7 @@ class LayerNorm(Module):
     @compact
     def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
         """Normalises ``x``; ``mask`` limits which entries enter the statistics."""
+        _check_mask("LayerNorm", x, mask)
         canonicalize_axes(x.ndim, self.reduction_axes, "LayerNorm", "reduction_axes")
         canonicalize_axes(x.ndim, self.feature_axes, "LayerNorm", "feature_axes")
         mean, var = compute_stats(
@@ -204,6 +222,7 @@ class RMSNorm(Module):
     @compact
     def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
         """Normalises ``x`` by its root mean square over ``reduction_axes``."""
+        _check_mask("RMSNorm", x, mask)
         canonicalize_axes(x.ndim, self.reduction_axes, "RMSNorm", "reduction_axes")
         mean, var = compute_stats(
             x, self.reduction_axes, self.dtype, self.axis_name, self.axis_index_groups,
@@ -256,6 +275,7 @@ class GroupNorm(Module):
     @compact
     def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
         """Normalises ``x`` of shape ``(batch, ..., channels)``."""
+        _check_mask("GroupNorm", x, mask)
         if (self.num_groups is None) == (self.group_size is None):
             raise ValueError(
                 "Either `num_groups` or `group_size` should be specified. If "
@@ -355,6 +375,7 @@ class InstanceNorm(Module):
     @compact
     def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
         """Normalises ``x`` of shape ``(batch, ..., features)``."""
+        _check_mask("InstanceNorm", x, mask)
         feature_axes = canonicalize_axes(x.ndim, self.feature_axes, "InstanceNorm", "feature_axes")
         if 0 in feature_axes:
             raise ValueError(

@@ -156,3 +156,13 @@ def test_weight_norm_gives_unit_columns_times_scale():
     np.testing.assert_allclose(np.linalg.norm(np.asarray(y), axis=0), 2.0, rtol=1e-5)
     _, v2 = nn.WeightNorm(nn.Dense(3), use_scale=False).init_with_output(KEY, x)
     assert set(v2["params"]) == {"layer_instance"}
+
+
+@pytest.mark.parametrize("name", ["LayerNorm", "RMSNorm", "InstanceNorm", "GroupNorm"])
+def test_mask_of_the_wrong_shape_names_layer_and_expected_shape(name):
+    layer = nn.GroupNorm(num_groups=2) if name == "GroupNorm" else getattr(nn, name)()
+    with pytest.raises(ValueError) as info:
+        layer.init(KEY, X, mask=np.ones((4, 3, 5), bool))
+    assert name in str(info.value) and "(4, 3, 6)" in str(info.value)
+    with pytest.raises(ValueError, match="BatchNorm"):
+        nn.BatchNorm(use_running_average=False).init(KEY, X, mask=np.ones((2, 6), bool))
