@@ -5,7 +5,6 @@ for its inputs and parameters together, made inexact (an integer input is comput
 float32). Parameters are stored in ``param_dtype`` (float32 unless told otherwise).
 
 >>> import jax.numpy as jnp
-import numpy as np
 >>> x = jnp.ones((2,), jnp.bfloat16)
 >>> canonicalize_dtype(x, None)
 dtype(bfloat16)
@@ -45,7 +44,6 @@ def canonicalize_dtype(*args: Any, dtype: Dtype | None = None, inexact: bool = T
     the explicit ``dtype`` is an integer or boolean type.
 
     >>> import jax.numpy as jnp
-import numpy as np
     >>> canonicalize_dtype(jnp.ones(2, jnp.int32))
     dtype('float32')
     >>> canonicalize_dtype(jnp.ones(2, jnp.int32), inexact=False)
@@ -82,7 +80,6 @@ def promote_dtype(*args: Any, dtype: Dtype | None = None, inexact: bool = True) 
     parameters compute in float32 unless the layer's ``dtype`` says otherwise.
 
     >>> import jax.numpy as jnp
-import numpy as np
     >>> x, k, b = promote_dtype(jnp.ones(2, jnp.int32), jnp.ones(2), None)
     >>> x.dtype.name, k.dtype.name, b
     ('float32', 'float32', None)
