@@ -6,9 +6,9 @@ only needs a ``sow`` method.
 
 Long sequences take a memory-lean path: when nobody asks for the attention weights
 (no ``module`` to sow them into, no dropout, no bias, no custom einsum), attention is
-computed a block of queries at a time with a hand-written backward pass that recomputes
-each block's weights instead of keeping the whole ``[heads, q_len, kv_len]`` matrix
-alive for the gradient. Its results equal the plain computation to float rounding.
+computed a block of queries at a time, and differentiation recomputes each block's
+weights instead of keeping the whole ``[heads, q_len, kv_len]`` matrix alive for the
+gradient. Its results equal the plain computation to float rounding.
 
 >>> import jax.numpy as jnp
 >>> q = jnp.ones((2, 3, 4, 8))   # [batch, q_length, num_heads, depth]
@@ -26,6 +26,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.ad_checkpoint import checkpoint_name
 
 from flaxen.linen._layer_errors import LayerRankError, LayerShapeError
 from flaxen.linen.dtypes import promote_dtype
@@ -46,6 +47,7 @@ __all__ = [
 # whole weight matrix is small and the plain path is as good.
 _Q_BLOCK = 256
 _BLOCKWISE_MIN_ELEMENTS = 512 * 512
+_SAVE_STATS = jax.checkpoint_policies.save_only_these_names("stats")
 
 
 # --- masks ------------------------------------------------------------------------------
@@ -399,99 +401,42 @@ def _from_blocks(x: Array, axis: int) -> Array:
     return x.reshape(x.shape[:axis] + (-1,) + x.shape[axis + 2:])
 
 
-def _scan_blocks(body, carry, xs, blocked_mask, shared_mask):
-    """Scans ``body(carry, xs, mask_block)`` over query blocks.
-
-    A mask whose q axis has size 1 is the same for every block, so it is closed over
-    rather than scanned.
-    """
-    if blocked_mask is None:
-        return lax.scan(lambda c, x: body(c, x, shared_mask), carry, xs)
-    return lax.scan(lambda c, x: body(c, x[0], x[1]), carry, (xs, blocked_mask))
-
-
-def _logits(qb, k, maskb, precision, force_fp32):
-    s = jnp.einsum("bqhd,bkhd->bhqk", qb, k, precision=precision)
-    if maskb is not None:
-        s = jnp.where(maskb, s, jnp.finfo(s.dtype).min)
-    if force_fp32 and s.dtype != jnp.float32:
-        s = s.astype(jnp.float32)
-    return s
-
-
-def _weights_dtype(dtype, force_fp32):
-    return jnp.dtype(jnp.float32) if force_fp32 else jnp.dtype(dtype)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
-def _blockwise_attention(q, k, v, mask, block, precision, force_fp32):
-    return _blockwise_fwd(q, k, v, mask, block, precision, force_fp32)[0]
-
-
 def _split_mask(mask, block):
-    """(blocked mask or None, shared mask or None) for scanning over query blocks."""
+    """(mask blocks to scan over, or None; mask shared by every block, or None)."""
     if mask is None or mask.shape[-2] == 1:
         return None, mask
     return _to_blocks(mask, 2, block), None
 
 
-def _blockwise_fwd(q, k, v, mask, block, precision, force_fp32):
-    wdtype = _weights_dtype(q.dtype, force_fp32)
+def _blockwise_attention(q, k, v, mask, block, precision, force_fp32):
+    """Attention one query block at a time; each block's weights are recomputed, not kept.
+
+    The block body is rematerialised under a policy that saves only the softmax row
+    statistics, so a gradient pass keeps ``O(q_len)`` residuals instead of the
+    ``[heads, q_len, kv_len]`` weights and recomputes one block of logits at a time.
+    Built from standard JAX transforms, it supports every kind of differentiation
+    (``grad``, ``jvp``, ``hessian``) and ``vmap``.
+    """
+    wdtype = jnp.dtype(jnp.float32) if force_fp32 else jnp.dtype(q.dtype)
     blocked_mask, shared = _split_mask(mask, block)
 
-    def body(_, xs, mb):
-        (qb,) = xs
-        s = _logits(qb, k, mb, precision, force_fp32)
-        # The same arithmetic as jax.nn.softmax, keeping the pieces for the backward pass.
-        m = jnp.max(s, axis=-1, keepdims=True)
-        e = jnp.exp(s - m)
-        total = jnp.sum(e, axis=-1, keepdims=True)
-        p = (e / total).astype(wdtype)
-        out = jnp.einsum("bhqk,bkhd->bqhd", p, v, precision=precision)
-        # Max and sum kept apart: m + log(total) loses log(total) when m is the dtype's
-        # minimum (a fully masked row).
-        stats = jnp.concatenate([m, total], axis=-1).astype(jnp.float32)
-        return None, (out, stats)
-
-    xs = (_to_blocks(q, 1, block),)
-    _, (out, stats) = _scan_blocks(body, None, xs, blocked_mask, shared)
-    out = _from_blocks(out, 1)
-    return out, (q, k, v, mask, out, _from_blocks(stats, 2))
-
-
-def _blockwise_bwd(block, precision, force_fp32, res, d_out):
-    q, k, v, mask, out, stats = res
-    wdtype = _weights_dtype(q.dtype, force_fp32)
-    blocked_mask, shared = _split_mask(mask, block)
-    # rowsum(P * dP) == rowsum(dO * O): one small reduction instead of a full matrix one.
-    delta = jnp.einsum("bqhd,bqhd->bhq", d_out.astype(jnp.float32), out.astype(jnp.float32))
-
-    def body(carry, xs, mb):
-        dk, dv = carry
-        qb, dob, statsb, deltab = xs
-        s = _logits(qb, k, mb, precision, force_fp32)
-        p = jnp.exp(s.astype(jnp.float32) - statsb[..., :1]) / statsb[..., 1:]
-        pw = p.astype(wdtype)
-        dv = dv + jnp.einsum("bhqk,bqhd->bkhd", pw, dob, precision=precision).astype(dv.dtype)
-        dp = jnp.einsum("bqhd,bkhd->bhqk", dob, v, precision=precision).astype(jnp.float32)
-        ds = p * (dp - deltab[..., None])
+    @functools.partial(jax.checkpoint, policy=_SAVE_STATS)
+    def attend_block(qb, mb):
+        s = jnp.einsum("bqhd,bkhd->bhqk", qb, k, precision=precision)
         if mb is not None:
-            ds = jnp.where(mb, ds, 0.0)
-        ds = ds.astype(q.dtype)
-        dqb = jnp.einsum("bhqk,bkhd->bqhd", ds, k, precision=precision)
-        dk = dk + jnp.einsum("bhqk,bqhd->bkhd", ds, qb, precision=precision).astype(dk.dtype)
-        return (dk, dv), dqb
+            s = jnp.where(mb, s, jnp.finfo(s.dtype).min)
+        if force_fp32 and s.dtype != jnp.float32:
+            s = s.astype(jnp.float32)
+        # jax.nn.softmax's arithmetic, with the row max and sum named for the remat policy.
+        m = checkpoint_name(lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True)), "stats")
+        e = jnp.exp(s - m)
+        total = checkpoint_name(jnp.sum(e, axis=-1, keepdims=True), "stats")
+        p = (e / total).astype(wdtype)
+        return jnp.einsum("bhqk,bkhd->bqhd", p, v, precision=precision)
 
-    xs = (
-        _to_blocks(q, 1, block),
-        _to_blocks(d_out, 1, block),
-        _to_blocks(stats, 2, block),
-        _to_blocks(delta, 2, block),
-    )
-    init = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32))
-    (dk, dv), dq = _scan_blocks(body, init, xs, blocked_mask, shared)
-    dq = _from_blocks(dq, 1).astype(q.dtype)
-    return dq, dk.astype(k.dtype), dv.astype(v.dtype), None
-
-
-_blockwise_attention.defvjp(_blockwise_fwd, _blockwise_bwd)
+    q_blocks = _to_blocks(q, 1, block)
+    if blocked_mask is None:
+        _, out = lax.scan(lambda c, qb: (c, attend_block(qb, shared)), None, q_blocks)
+    else:
+        _, out = lax.scan(lambda c, x: (c, attend_block(*x)), None, (q_blocks, blocked_mask))
+    return _from_blocks(out, 1)

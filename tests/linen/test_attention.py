@@ -286,6 +286,28 @@ def test_blockwise_low_precision(force_blockwise, dtype, force_fp32):
     assert g(q).dtype == dtype
 
 
+def test_blockwise_supports_forward_mode_and_vmap(force_blockwise):
+    q, k, v = _qkv((2, 9, 2, 4), 6)
+    mask = jax.random.bernoulli(jax.random.PRNGKey(5), 0.7, (2, 1, 9, 6))
+    tangents = _qkv((2, 9, 2, 4), 6, seed=1)
+
+    def both(q, k, v):
+        return (dot_product_attention(q, k, v, mask=mask),
+                dot_product_attention(q, k, v, mask=mask, bias=jnp.zeros(())))
+
+    def lean(q, k, v):
+        return both(q, k, v)[0]
+
+    def plain(q, k, v):
+        return both(q, k, v)[1]
+
+    _, t_lean = jax.jit(lambda *a: jax.jvp(lean, a, tangents))(q, k, v)
+    _, t_plain = jax.jit(lambda *a: jax.jvp(plain, a, tangents))(q, k, v)
+    np.testing.assert_allclose(t_lean, t_plain, rtol=1e-4, atol=1e-5)
+    per_example = jax.jit(jax.vmap(lambda q, k, v, m: dot_product_attention(q, k, v, mask=m)))
+    np.testing.assert_allclose(per_example(q, k, v, mask), plain(q, k, v), rtol=1e-5, atol=1e-6)
+
+
 def test_blockwise_needs_less_memory_for_gradients():
     q, k, v = _qkv((1, 1024, 2, 8), 1024)
 

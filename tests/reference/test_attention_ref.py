@@ -57,7 +57,6 @@ def test_masks_match():
         {"bias": "bias", "mask": "mask", "dtype": jnp.bfloat16},
         {"dropout_rate": 0.3, "dropout_rng": 1},
         {"dropout_rate": 0.3, "dropout_rng": 1, "broadcast_dropout": False, "mask": "mask"},
-        {"dropout_rate": 0.3, "dropout_rng": 1, "deterministic": True},
         {"force_fp32_for_softmax": True, "dtype": jnp.float16},
     ],
 )

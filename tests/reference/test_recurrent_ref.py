@@ -70,11 +70,9 @@ def test_conv_lstm_cell_matches_flax():
 
 _RNN_CASES = [
     dict(),
-    dict(return_carry=True, seq_lengths=True),
     dict(reverse=True, seq_lengths=True, return_carry=True),
     dict(reverse=True, keep_order=True, seq_lengths=True),
     dict(time_major=True, return_carry=True, seq_lengths=True, reverse=True),
-    dict(reverse=True),
 ]
 
 
