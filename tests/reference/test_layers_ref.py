@@ -597,3 +597,35 @@ def test_spectral_norm_non_matrix_error_matches_flax():
         with pytest.raises(ValueError, match="error_on_non_matrix"):
             lib.SpectralNorm(lib.Conv(3, (2, 2)), error_on_non_matrix=True).init(
                 jax.random.key(0), jnp.ones((1, 4, 4, 2)), update_stats=True)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["Dense", "DenseGeneral", "Conv", "ConvTranspose", "ConvLocal", "Embed", "Einsum",
+     "BatchNorm", "LayerNorm", "GroupNorm", "RMSNorm", "InstanceNorm", "SpectralNorm",
+     "WeightNorm", "Dropout", "Sequential", "PReLU"],
+)
+def test_fields_and_defaults_match_flax(name):
+    import dataclasses
+    import inspect
+
+    def describe(cls):
+        out = []
+        for f in dataclasses.fields(cls):
+            if f.name in ("parent", "name"):
+                continue
+            default = f.default
+            if default is not dataclasses.MISSING and callable(default):
+                default = getattr(default, "__name__", "callable")  # init fns, dtypes
+            if f.default_factory is not dataclasses.MISSING:
+                default = f.default_factory()
+            out.append((f.name, default))
+        return out
+
+    ours, theirs = getattr(nn, name), getattr(fnn, name)
+    assert describe(ours) == describe(theirs)
+    sig_o = inspect.signature(ours.__call__).parameters
+    sig_t = inspect.signature(theirs.__call__).parameters
+    assert [(p.name, p.kind, p.default) for p in sig_o.values()] == [
+        (p.name, p.kind, p.default) for p in sig_t.values()
+    ]
