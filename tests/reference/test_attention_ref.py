@@ -258,3 +258,22 @@ def test_mhdpa_decode_matches_flax_step_by_step():
         _same_tree(m1, m2)
         ours_vars = {**ours_vars, **m1}
         theirs_vars = {**theirs_vars, **m2}
+
+
+def test_mhdpa_custom_matmul_classes_match_flax():
+    x = jax.random.normal(jax.random.PRNGKey(1), (2, 4, 8))
+
+    class DotGeneral:
+        def __call__(self, *args, **kwargs):
+            return jax.lax.dot_general(*args, **kwargs)
+
+    class Einsum:
+        def __call__(self, spec, *args, **kwargs):
+            return jnp.einsum(spec, *args, **kwargs)
+
+    kw = dict(num_heads=2, qkv_dot_general_cls=DotGeneral, out_dot_general_cls=DotGeneral,
+              qk_attn_weights_einsum_cls=Einsum, attn_weights_value_einsum_cls=Einsum)
+    variables = fnn.MultiHeadDotProductAttention(**kw).init(jax.random.PRNGKey(0), x)
+    _same_tree(nn.MultiHeadDotProductAttention(**kw).init(jax.random.PRNGKey(0), x), variables)
+    _close(nn.MultiHeadDotProductAttention(**kw).apply(variables, x),
+           fnn.MultiHeadDotProductAttention(**kw).apply(variables, x))
