@@ -520,3 +520,25 @@ def test_function_target_creating_submodules_keeps_auto_names(transform):
     # a second apply (a cached trace under jit) must see the same names
     model = build(xnn)
     np.testing.assert_allclose(model.apply(xv, X), model.apply(xv, X), rtol=1e-6)
+
+
+def test_vmap_batchnorm_axis_name_and_dropout_layers():
+    """The lifted-transforms note's StatefulMLP: BatchNorm statistics across a vmap axis."""
+
+    def build(nn):
+        class StatefulMLP(nn.Module):
+            @nn.compact
+            def __call__(self, x, train=True):
+                h = nn.Dense(4, name="hidden")(x)
+                h = nn.BatchNorm(axis_name="batch")(h, use_running_average=not train)
+                h = nn.Dropout(0.5, deterministic=not train)(h)
+                return nn.Dense(1, name="out")(h)
+
+        return nn.vmap(StatefulMLP, variable_axes={"params": 0, "batch_stats": 0},
+                       split_rngs={"params": True, "dropout": True}, in_axes=0,
+                       axis_name="batch")()
+
+    rngs = {"params": KEY, "dropout": jax.random.PRNGKey(1)}
+    _compare(build, (jnp.asarray(np.random.RandomState(3).randn(3, 2, 5), jnp.float32),),
+             rngs=rngs, apply_rngs={"dropout": jax.random.PRNGKey(2)},
+             mutable=["batch_stats"], grads=False)
