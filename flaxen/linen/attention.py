@@ -102,7 +102,8 @@ class MultiHeadDotProductAttention(Module):
     ``__call__(inputs_q, inputs_k=None, inputs_v=None, *, inputs_kv=None, mask=None,
     deterministic=None, dropout_rng=None, sow_weights=False)``: ``inputs_k`` defaults to
     ``inputs_q`` and ``inputs_v`` to ``inputs_k``; the documented ``inputs_kv=`` form
-    sets both. Inputs are ``[batch..., length, features]``; ``mask`` broadcasts to
+    sets both; the documented positional ``(inputs_q, inputs_kv, mask)`` is recognised by
+    the mask's extra rank. Inputs are ``[batch..., length, features]``; ``mask`` broadcasts to
     ``[batch..., num_heads, q_length, kv_length]``. ``sow_weights=True`` stores the
     attention weights in the ``'intermediates'`` collection.
 
@@ -154,6 +155,18 @@ class MultiHeadDotProductAttention(Module):
         sow_weights: bool = False,
     ) -> Array:
         layer = type(self).__name__
+        if (mask is None and inputs_v is not None and inputs_kv is None
+                and jnp.ndim(inputs_v) == jnp.ndim(inputs_q) + 1):
+            # The documented (Flax 0.6) call was (inputs_q, inputs_kv, mask): a third
+            # positional argument one rank above the inputs can only be that mask.
+            warnings.warn(
+                f"{layer}: the third positional argument has shape {jnp.shape(inputs_v)}, "
+                f"one rank more than inputs_q {jnp.shape(inputs_q)}, so it is taken as the "
+                "mask (the documented __call__(inputs_q, inputs_kv, mask) form). Since Flax "
+                "0.7.4 the third positional argument is inputs_v; pass mask=... instead.",
+                DeprecationWarning, stacklevel=2,
+            )
+            inputs_v, mask = None, inputs_v
         inputs_k, inputs_v = self._resolve_inputs(layer, inputs_q, inputs_k, inputs_v,
                                                   inputs_kv)
         for name, x in (("inputs_q", inputs_q), ("inputs_k", inputs_k), ("inputs_v", inputs_v)):

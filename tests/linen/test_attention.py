@@ -331,7 +331,8 @@ from flaxen import errors  # noqa: E402
 
 
 def test_mhdpa_param_tree_and_call_forms():
-    xq, xkv = jnp.ones((2, 3, 6)), jnp.ones((2, 5, 4))
+    xq = jax.random.normal(jax.random.PRNGKey(1), (2, 3, 6))
+    xkv = jax.random.normal(jax.random.PRNGKey(2), (2, 5, 4))
     layer = nn.MultiHeadDotProductAttention(num_heads=2, qkv_features=8, out_features=3)
     variables = layer.init(jax.random.PRNGKey(0), xq, xkv)
     shapes = jax.tree.map(jnp.shape, variables["params"])
@@ -345,6 +346,12 @@ def test_mhdpa_param_tree_and_call_forms():
     assert out.shape == (2, 3, 3)
     np.testing.assert_array_equal(layer.apply(variables, xq, inputs_kv=xkv), out)
     np.testing.assert_array_equal(layer.apply(variables, xq, xkv, xkv), out)
+    # The documented positional form (inputs_q, inputs_kv, mask).
+    mask = make_attention_mask(jnp.ones((2, 3)), jnp.arange(5)[None] < jnp.array([[5], [2]]))
+    with pytest.warns(DeprecationWarning, match="taken as the mask"):
+        documented = layer.apply(variables, xq, xkv, mask)
+    np.testing.assert_array_equal(documented, layer.apply(variables, xq, xkv, mask=mask))
+    assert not np.allclose(documented, out)
 
 
 def test_self_attention_equals_mhdpa_on_same_input():
