@@ -409,15 +409,32 @@ def lift_transform(transform: Callable[..., Any], target: Any, *trafo_args: Any,
     return decorator_lift_transform(transform, fn, *trafo_args, **trafo_kwargs)
 
 
+class DirectTransformTargetError(errors.TransformTargetError, ValueError):
+    """A call-site transform (``nn.vjp``, ``nn.cond``, ...) got a bad function argument.
+
+    Also a ``ValueError``, which is what Flax raises here.
+    """
+
+    def __init__(self, target: Any, transform_name: str) -> None:
+        errors.FlaxError.__init__(
+            self,
+            f"nn.{transform_name} needs functions taking a Module instance as their first "
+            f"argument (e.g. lambda mdl, x: mdl(x)), but got {target!r}. To use a Module "
+            "class, instantiate it and pass the instance after the function(s).",
+        )
+        self.target = target
+
+
 def lift_direct_transform(transform: Callable[..., Any], targets: tuple, mdl: Any,
                           *args: Any, multi_scope: bool = True, **kwargs: Any) -> Any:
     """Applies ``transform`` to ``targets`` (functions of a Module) and calls it on ``mdl``.
 
     Used by the call-site transforms (``vjp``, ``jvp``, ``cond``, ``while_loop``, ...).
     """
+    name = _fn_name(transform)
     for target in targets:
-        if is_module_class(target):
-            raise errors.TransformTargetError(target)
+        if is_module_class(target) or not callable(target):
+            raise DirectTransformTargetError(target, name)
     fns = tuple(unbound_fn(t) for t in targets)
     if not isinstance(mdl, ModuleBase):
         raise TypeError(

@@ -44,6 +44,7 @@ from flaxen.core.scope import CollectionFilter, PRNGSequenceFilter
 from flaxen.linen._interception import named_call
 from flaxen.linen._transform_jit import jit_lift_transform
 from flaxen.linen._transform_wrap import (
+    DirectTransformTargetError,
     InstancePlaceholder,
     VariablePlaceholder,
     decorator_lift_transform,
@@ -529,8 +530,8 @@ def custom_vjp(
     [[1.0], [1.0]]
     """
     for f in (fn, forward_fn):
-        if is_module_class(f):
-            raise errors.TransformTargetError(f)
+        if is_module_class(f) or not callable(f):
+            raise DirectTransformTargetError(f, "custom_vjp")
     return decorator_lift_transform(
         lift.custom_vjp, (fn, forward_fn), backward_fn=backward_fn, grad_vars=grad_vars,
         nondiff_argnums=nondiff_argnums, multi_scope=False)
@@ -572,6 +573,9 @@ def while_loop(
 def _cond_wrapper(t_fn: Callable, f_fn: Callable, scope: Any, pred: Any, *ops: Any,
                   variables: CollectionFilter, rngs: PRNGSequenceFilter) -> Any:
     return lift.cond(pred, t_fn, f_fn, scope, *ops, variables=variables, rngs=rngs)
+
+
+_cond_wrapper.__name__ = "cond"  # named in error messages
 
 
 def cond(

@@ -82,8 +82,18 @@ def test_direct_transform_rejects_module_class_and_non_module():
         def __call__(self, x):
             return nn.vjp(MLP, self, x)
 
-    with pytest.raises(errors.TransformTargetError):
+    with pytest.raises(errors.TransformTargetError, match="nn.vjp"):
         Foo().init(KEY, jnp.ones((1, 2)))
+    with pytest.raises(ValueError):  # also a ValueError, as Flax raises
+        Foo().init(KEY, jnp.ones((1, 2)))
+
+    class NotCallable(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.cond(True, 3, lambda m, x: x, self, x)
+
+    with pytest.raises(errors.TransformTargetError, match="nn.cond.*3"):
+        NotCallable().init(KEY, jnp.ones((1, 2)))
 
     class Bar(nn.Module):
         @nn.compact
