@@ -20,7 +20,11 @@ On a cluster, start it on every host as JAX documents for ``jax.distributed.init
     python examples/multihost.py --coordinator 10.0.0.1:1234 --num-processes N --process-id i
 
 On Cloud TPU, SLURM or Open MPI, ``jax.distributed.initialize()`` finds these values
-itself: pass ``--auto``.
+itself: pass ``--auto``. To try two processes on one CPU machine (4 devices each)::
+
+    export JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=4
+    python examples/multihost.py --num-processes 2 --process-id 1 &
+    python examples/multihost.py --num-processes 2 --process-id 0
 """
 
 from __future__ import annotations
