@@ -542,3 +542,39 @@ def test_vmap_batchnorm_axis_name_and_dropout_layers():
     _compare(build, (jnp.asarray(np.random.RandomState(3).randn(3, 2, 5), jnp.float32),),
              rngs=rngs, apply_rngs={"dropout": jax.random.PRNGKey(2)},
              mutable=["batch_stats"], grads=False)
+
+
+def test_module_inside_pytree_argument_is_lifted():
+    """The Module-lifecycle note's workaround: pass Modules inside a pytree, not a closure."""
+    import flax.struct as fstruct
+
+    import flaxen.struct as xstruct
+
+    def build(nn):
+        struct = fstruct if nn is fnn else xstruct
+
+        class Partial(struct.PyTreeNode):
+            fn: object = struct.field(pytree_node=False)
+            args: tuple
+
+            def __call__(self, *args):
+                return self.fn(*self.args, *args)
+
+        class Foo(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                dense = nn.Dense(x.shape[-1])
+                fn = lambda mdl, x: mdl(x) + 1  # noqa: E731
+                vmap_inner = nn.vmap(Foo.inner, in_axes=0, variable_axes={"params": 0},
+                                     split_rngs={"params": True})
+                return vmap_inner(self, x, Partial(fn, (dense,)))
+
+            def inner(self, x, fn):
+                for _ in range(2):
+                    x = fn(x)
+                return x
+
+        return Foo()
+
+    fv, xv = _compare(build, (X.reshape(2, 2, 3),), grads=False)
+    assert xv["params"]["Dense_0"]["kernel"].shape == (2, 3, 3)
