@@ -99,11 +99,14 @@ def normalize(
     use_scale: bool,
     bias_init: Callable[..., Any] | None,
     scale_init: Callable[..., Any] | None,
+    force_float32_reductions: bool = True,
 ) -> jax.Array:
     """``(x - mean) * rsqrt(var + eps) * scale + bias``, creating ``scale``/``bias``.
 
     The parameters (``scale`` first, then ``bias``) have one axis per feature axis; the
-    result has ``dtype``, or the promoted dtype of ``x`` and the parameters.
+    result has ``dtype``, or the promoted dtype of ``x`` and the parameters. The
+    statistics arrive already in their reduction dtype, so ``force_float32_reductions``
+    (accepted for Flax's private ``_normalize`` signature) changes nothing here.
     """
     reduction_axes = canonicalize_axes(x.ndim, reduction_axes)
     feature_axes = canonicalize_axes(x.ndim, feature_axes)

@@ -26,7 +26,7 @@ from flaxen.linen.module import Module, compact
 Array = jax.Array
 
 
-def _l2_normalize(x: Array, eps: float, axis: Any = None) -> Array:
+def _l2_normalize(x: Array, axis: Any = None, eps: float = 1e-12) -> Array:
     return x * lax.rsqrt((x * x).sum(axis=axis, keepdims=True) + eps)
 
 
@@ -99,8 +99,8 @@ class SpectralNorm(Module):
         )
         u0 = u_var.value
         for _ in range(self.n_steps):
-            v0 = _l2_normalize(jnp.matmul(u0, value.transpose([1, 0])), self.epsilon)
-            u0 = _l2_normalize(jnp.matmul(v0, value), self.epsilon)
+            v0 = _l2_normalize(jnp.matmul(u0, value.transpose([1, 0])), eps=self.epsilon)
+            u0 = _l2_normalize(jnp.matmul(v0, value), eps=self.epsilon)
         u0 = lax.stop_gradient(u0)
         v0 = lax.stop_gradient(v0)
         sigma = jnp.matmul(jnp.matmul(v0, value), jnp.transpose(u0))[0, 0]
@@ -164,7 +164,7 @@ class WeightNorm(Module):
             feature_axes = canonicalize_axes(value.ndim, self.feature_axes, "WeightNorm",
                                              "feature_axes")
             reduction_axes = tuple(i for i in range(value.ndim) if i not in feature_axes)
-        value_bar = _l2_normalize(value, self.epsilon, axis=reduction_axes)
+        value_bar = _l2_normalize(value, axis=reduction_axes, eps=self.epsilon)
         args = [value]
         if self.use_scale:
             scale_shape = tuple(value.shape[ax] for ax in feature_axes)

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flaxen.linen import initializers
-from flaxen.linen._norm_math import Axes, canonicalize_axes, compute_stats, normalize
+from flaxen.linen._norm_math import Axes, abs_sq, canonicalize_axes, compute_stats, normalize
 from flaxen.linen.module import Module, compact, merge_param
 
 Array = jax.Array
@@ -396,6 +396,16 @@ class InstanceNorm(Module):
 
 
 # The weight re-parameterising wrappers use lifted transforms; they live in their own file.
-from flaxen.linen._wrapper_norms import SpectralNorm, WeightNorm  # noqa: E402
+from flaxen.linen._wrapper_norms import (  # noqa: E402, F401
+    SpectralNorm,
+    WeightNorm,
+    _l2_normalize,
+)
+
+# Flax's private helpers, used by some downstream code; same signatures.
+_abs_sq = abs_sq
+_canonicalize_axes = canonicalize_axes
+_compute_stats = compute_stats
+_normalize = normalize
 
 __all__ += ["SpectralNorm", "WeightNorm"]
