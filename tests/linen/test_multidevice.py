@@ -257,3 +257,23 @@ def test_multihost_example_runs_single_process(capsys, monkeypatch):
     assert example.main(["--steps", "2"]) == 0
     out = capsys.readouterr().out
     assert "step 1: loss" in out and "P(None, None, 'model')" in out
+
+
+def test_vmap_spmd_axis_name_shards_the_mapped_axis():
+    mesh = _mesh((2, 4), ("data", "model"))
+
+    class Member(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.with_logical_constraint(nn.Dense(8)(x), ("batch", "hidden"))
+
+    ensemble = nn.vmap(Member, variable_axes={"params": 0}, split_rngs={"params": True},
+                       spmd_axis_name="data")()
+    x = jnp.ones((2, 4, 3))
+    with jax.set_mesh(mesh), nn.logical_axis_rules((("batch", None), ("hidden", "model"))):
+        variables = jax.jit(ensemble.init)(KEY, x)
+        y = jax.jit(ensemble.apply)(variables, x)
+    # the constraint inside the vmap gains the mapped axis on 'data'
+    assert _spec(y) == P("data", None, "model")
+    np.testing.assert_allclose(np.asarray(y), np.asarray(ensemble.apply(variables, x)),
+                               rtol=1e-6)
