@@ -327,6 +327,9 @@ def test_jit_and_remat_static_argnums_count_self():
         np.testing.assert_allclose(M().apply(v, x, True), 2 * M().apply(v, x, False))
     with pytest.raises(ValueError, match="argument 0 is the Module"):
         nn.remat(Flag, static_argnums=(0,))
+    J = nn.jit(Flag, static_argnames=("double",))
+    v = J().init(KEY, x, double=True)
+    np.testing.assert_allclose(J().apply(v, x, double=True), 2 * J().apply(v, x, double=False))
 
 
 def test_jit_decorator_keeps_submodule_names():
