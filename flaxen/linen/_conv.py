@@ -257,6 +257,7 @@ class ConvTranspose(Module):
         layer = "ConvTranspose"
         kernel_size = cm.kernel_size_tuple(self.kernel_size, jnp.ndim(inputs), layer)
         n = len(kernel_size)
+        inputs = jnp.asarray(inputs) if not hasattr(inputs, "ndim") else inputs
         inputs, batch_shape = cm.flatten_batch(inputs, n, layer)
         strides = cm.broadcast_ints(self.strides, n, "strides", layer)
         kernel_dilation = cm.broadcast_ints(self.kernel_dilation, n, "kernel_dilation", layer)
