@@ -578,3 +578,32 @@ def test_module_inside_pytree_argument_is_lifted():
 
     fv, xv = _compare(build, (X.reshape(2, 2, 3),), grads=False)
     assert xv["params"]["Dense_0"]["kernel"].shape == (2, 3, 3)
+
+
+def test_scan_setup_style_residual_blocks_in_setup():
+    """The API docs' stacked ResidualMLPBlock, with the scan built in the parent's setup."""
+
+    def build(nn):
+        class ResidualMLPBlock(nn.Module):
+            def setup(self):
+                self.up = nn.Dense(6)
+                self.down = nn.Dense(3)
+
+            def __call__(self, x, _):
+                h = self.down(nn.relu(self.up(x)))
+                return x + h, None
+
+        class Model(nn.Module):
+            n_layers: int = 3
+
+            def setup(self):
+                self.blocks = nn.scan(ResidualMLPBlock, variable_axes={"params": 0},
+                                      split_rngs={"params": True}, length=self.n_layers)()
+
+            def __call__(self, x):
+                return self.blocks(x, None)[0]
+
+        return Model()
+
+    fv, xv = _compare(build, (X,))
+    assert xv["params"]["blocks"]["up"]["kernel"].shape == (3, 3, 6)
