@@ -5,8 +5,9 @@ Flax's names and the NNX layers reuse them. A module-like object passed as ``mod
 only needs a ``sow`` method.
 
 Long sequences take a memory-lean path: when nobody asks for the attention weights
-(no ``module`` to sow them into, no dropout, no bias, no custom einsum), attention is
-computed a block of queries at a time, and differentiation recomputes each block's
+(no ``module`` to sow them into, no dropout, no custom einsum), attention is
+computed a block of queries at a time (a ``bias`` is cut into blocks along with the
+queries), and differentiation recomputes each block's
 weights instead of keeping the whole ``[heads, q_len, kv_len]`` matrix alive for the
 gradient. Its results equal the plain computation to float rounding.
 
@@ -298,8 +299,8 @@ def dot_product_attention(
     of :func:`dot_product_attention_weights`; ``qk_attn_weights_einsum`` and
     ``attn_weights_value_einsum`` replace the two einsums.
 
-    For long sequences with no weights requested (no ``module``, no dropout, no ``bias``,
-    no custom einsum) the weights are computed one block of queries at a time and never
+    For long sequences with no weights requested (no ``module``, no dropout, no custom
+    einsum) the weights are computed one block of queries at a time and never
     held whole, which cuts the memory of a forward+backward pass several-fold.
 
     >>> import jax, jax.numpy as jnp
@@ -320,14 +321,15 @@ def dot_product_attention(
     plain_only = (
         module is not None
         or dropout_active
-        or bias is not None
         or einsum_dot_general is not None
         or qk_attn_weights_einsum is not None
         or attn_weights_value_einsum is not None
         or jnp.issubdtype(dtype, jnp.complexfloating)
     )
     if not plain_only and query.shape[-3] * key.shape[-3] >= _BLOCKWISE_MIN_ELEMENTS:
-        return _blockwise(query, key, value, mask, precision, force_fp32_for_softmax)
+        if bias is not None:
+            _check_broadcastable(fn, "bias", bias, target)
+        return _blockwise(query, key, value, bias, mask, precision, force_fp32_for_softmax)
 
     weights = dot_product_attention_weights(
         query,
@@ -352,12 +354,11 @@ def dot_product_attention(
 # --- memory-lean blockwise path ---------------------------------------------------------
 
 
-def _blockwise(query, key, value, mask, precision, force_fp32):
+def _blockwise(query, key, value, bias, mask, precision, force_fp32):
     """Flattens batch axes, pads q_length to whole blocks and runs the blockwise kernel."""
     dtype = query.dtype
     batch = query.shape[:-3]
-    q_len, heads = query.shape[-3], query.shape[-2]
-    kv_len = key.shape[-3]
+    q_len = query.shape[-3]
     nb = 1
     for d in batch:
         nb *= d
@@ -366,28 +367,30 @@ def _blockwise(query, key, value, mask, precision, force_fp32):
     v = value.reshape((nb,) + value.shape[-3:])
     q = q / jnp.sqrt(q.shape[-1]).astype(dtype)
 
-    if mask is not None:
-        mask = jnp.asarray(mask).astype(bool)
-        full = batch + (heads, q_len, kv_len)
-        mask = mask.reshape((1,) * (len(full) - mask.ndim) + mask.shape)
-        mb = mask.shape[: len(batch)]
-        if all(d == 1 for d in mb):
-            mask = mask.reshape((1,) + mask.shape[len(batch):])
-        else:
-            mask = jnp.broadcast_to(mask, batch + mask.shape[len(batch):])
-            mask = mask.reshape((nb,) + mask.shape[len(batch):])
-        # Keys are never split, so only the kv axis needs its full size.
-        mask = jnp.broadcast_to(mask, mask.shape[:-1] + (kv_len,))
-
     block = min(_Q_BLOCK, q_len)
     pad = -q_len % block
     if pad:
         q = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0)))
-        if mask is not None and mask.shape[-2] != 1:
-            mask = jnp.pad(mask, ((0, 0), (0, 0), (0, pad), (0, 0)), constant_values=True)
-    out = _blockwise_attention(q, k, v, mask, block, precision, force_fp32)
+    if mask is not None:
+        mask = _weights_layout(jnp.asarray(mask).astype(bool), batch, nb, pad, True)
+    if bias is not None:
+        bias = _weights_layout(jnp.asarray(bias), batch, nb, pad, 0)
+    out = _blockwise_attention(q, k, v, bias, mask, block, precision, force_fp32, dtype)
     out = out[:, :q_len]
     return out.reshape(batch + out.shape[1:])
+
+
+def _weights_layout(x, batch, nb, pad, pad_value):
+    """A mask or bias as ``[1 or nb, heads or 1, q_len(+pad) or 1, kv_len or 1]``."""
+    x = x.reshape((1,) * (len(batch) + 3 - x.ndim) + x.shape)
+    if all(d == 1 for d in x.shape[: len(batch)]):
+        x = x.reshape((1,) + x.shape[len(batch):])
+    else:
+        x = jnp.broadcast_to(x, batch + x.shape[len(batch):])
+        x = x.reshape((nb,) + x.shape[len(batch):])
+    if pad and x.shape[-2] != 1:
+        x = jnp.pad(x, ((0, 0), (0, 0), (0, pad), (0, 0)), constant_values=pad_value)
+    return x
 
 
 def _to_blocks(x: Array, axis: int, block: int) -> Array:
@@ -401,31 +404,32 @@ def _from_blocks(x: Array, axis: int) -> Array:
     return x.reshape(x.shape[:axis] + (-1,) + x.shape[axis + 2:])
 
 
-def _split_mask(mask, block):
-    """(mask blocks to scan over, or None; mask shared by every block, or None)."""
-    if mask is None or mask.shape[-2] == 1:
-        return None, mask
-    return _to_blocks(mask, 2, block), None
-
-
-def _blockwise_attention(q, k, v, mask, block, precision, force_fp32):
+def _blockwise_attention(q, k, v, bias, mask, block, precision, force_fp32, dtype):
     """Attention one query block at a time; each block's weights are recomputed, not kept.
 
     The block body is rematerialised under a policy that saves only the softmax row
     statistics, so a gradient pass keeps ``O(q_len)`` residuals instead of the
     ``[heads, q_len, kv_len]`` weights and recomputes one block of logits at a time.
     Built from standard JAX transforms, it supports every kind of differentiation
-    (``grad``, ``jvp``, ``hessian``) and ``vmap``.
+    (``grad``, ``jvp``, ``hessian``, gradients with respect to ``bias``) and ``vmap``.
     """
-    wdtype = jnp.dtype(jnp.float32) if force_fp32 else jnp.dtype(q.dtype)
-    blocked_mask, shared = _split_mask(mask, block)
+    wdtype = jnp.dtype(jnp.float32) if force_fp32 and dtype != jnp.float32 else jnp.dtype(dtype)
+    # A mask or bias with a q axis is cut into blocks along with the queries; one without
+    # (size 1) is the same for every block and is closed over.
+    extras = {"bias": bias, "mask": mask}
+    blocked = {n: _to_blocks(x, 2, block) for n, x in extras.items()
+               if x is not None and x.shape[-2] != 1}
+    shared = {n: x for n, x in extras.items() if n not in blocked}
 
     @functools.partial(jax.checkpoint, policy=_SAVE_STATS)
-    def attend_block(qb, mb):
+    def attend_block(qb, parts):
+        parts = {**shared, **parts}
         s = jnp.einsum("bqhd,bkhd->bhqk", qb, k, precision=precision)
-        if mb is not None:
-            s = jnp.where(mb, s, jnp.finfo(s.dtype).min)
-        if force_fp32 and s.dtype != jnp.float32:
+        if parts["bias"] is not None:
+            s = s + parts["bias"]
+        if parts["mask"] is not None:
+            s = jnp.where(parts["mask"], s, jnp.finfo(dtype).min)
+        if force_fp32 and dtype != jnp.float32:
             s = s.astype(jnp.float32)
         # jax.nn.softmax's arithmetic, with the row max and sum named for the remat policy.
         m = checkpoint_name(lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True)), "stats")
@@ -434,9 +438,6 @@ def _blockwise_attention(q, k, v, mask, block, precision, force_fp32):
         p = (e / total).astype(wdtype)
         return jnp.einsum("bhqk,bkhd->bqhd", p, v, precision=precision)
 
-    q_blocks = _to_blocks(q, 1, block)
-    if blocked_mask is None:
-        _, out = lax.scan(lambda c, qb: (c, attend_block(qb, shared)), None, q_blocks)
-    else:
-        _, out = lax.scan(lambda c, x: (c, attend_block(*x)), None, (q_blocks, blocked_mask))
+    _, out = lax.scan(lambda c, x: (c, attend_block(*x)), None,
+                      (_to_blocks(q, 1, block), blocked))
     return _from_blocks(out, 1)

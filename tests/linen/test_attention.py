@@ -239,34 +239,40 @@ def test_attention_mask_or_bias_of_wrong_shape(arg):
 # --- the blockwise (memory-lean) path ---------------------------------------------------
 
 
+def _plain_attention(q, k, v, **kwargs):
+    """The unblocked computation: the weights, then one einsum with the values."""
+    precision = kwargs.get("precision")
+    weights = dot_product_attention_weights(q, k, **kwargs)
+    return jnp.einsum("...hqk,...khd->...qhd", weights, v, precision=precision)
+
+
 @pytest.mark.parametrize(
-    "shape_q,kv_len,mask_shape",
+    "shape_q,kv_len,mask_shape,bias_shape",
     [
-        ((2, 10, 3, 4), 7, (2, 1, 10, 7)),
-        ((10, 2, 4), 10, (10, 10)),
-        ((2, 1, 9, 2, 4), 6, (2, 1, 1, 9, 1)),  # whole rows masked, no kv axis
+        ((2, 10, 3, 4), 7, (2, 1, 10, 7), (3, 10, 7)),
+        ((10, 2, 4), 10, (10, 10), None),
+        ((2, 1, 9, 2, 4), 6, (2, 1, 1, 9, 1), (2, 1, 2, 1, 6)),  # whole rows masked
     ],
 )
 def test_blockwise_matches_plain_path_values_and_grads(force_blockwise, shape_q, kv_len,
-                                                       mask_shape):
+                                                       mask_shape, bias_shape):
     q, k, v = _qkv(shape_q, kv_len, v_depth=5)
-    mask = None
-    if mask_shape is not None:
-        mask = jax.random.bernoulli(jax.random.PRNGKey(5), 0.7, mask_shape)
+    mask = jax.random.bernoulli(jax.random.PRNGKey(5), 0.7, mask_shape)
+    bias = None
+    if bias_shape is not None:
+        bias = jax.random.normal(jax.random.PRNGKey(7), bias_shape)
     cot = jax.random.normal(jax.random.PRNGKey(6), shape_q[:-1] + (5,))
 
-    def loss(q, k, v, blockwise):
-        if blockwise:
-            out = dot_product_attention(q, k, v, mask=mask)
-        else:  # a bias of zeros forces the plain path and changes nothing else
-            out = dot_product_attention(q, k, v, mask=mask, bias=jnp.zeros(()))
+    def loss(q, k, v, bias, blockwise):
+        attend = dot_product_attention if blockwise else _plain_attention
+        out = attend(q, k, v, mask=mask, bias=bias)
         return jnp.sum(out * cot), out
 
-    vg = jax.jit(jax.value_and_grad(loss, (0, 1, 2), has_aux=True), static_argnums=3)
-    (_, out_b), grads_b = vg(q, k, v, True)
-    (_, out_p), grads_p = vg(q, k, v, False)
+    vg = jax.jit(jax.value_and_grad(loss, (0, 1, 2, 3), has_aux=True), static_argnums=4)
+    (_, out_b), grads_b = vg(q, k, v, bias, True)
+    (_, out_p), grads_p = vg(q, k, v, bias, False)
     np.testing.assert_allclose(out_b, out_p, rtol=1e-5, atol=1e-6)
-    for gb, gp in zip(grads_b, grads_p):
+    for gb, gp in zip(jax.tree.leaves(grads_b), jax.tree.leaves(grads_p)):
         np.testing.assert_allclose(gb, gp, rtol=1e-4, atol=1e-5)
 
 
@@ -274,10 +280,9 @@ def test_blockwise_matches_plain_path_values_and_grads(force_blockwise, shape_q,
 def test_blockwise_low_precision(force_blockwise, dtype, force_fp32):
     q, k, v = _qkv((2, 9, 2, 4), 6, dtype=dtype)
     mask = make_causal_mask(jnp.ones((2, 9)))[..., :6]
-    attend = jax.jit(dot_product_attention, static_argnames="force_fp32_for_softmax")
-    out_b = attend(q, k, v, mask=mask, force_fp32_for_softmax=force_fp32)
-    out_p = attend(q, k, v, mask=mask, bias=jnp.zeros((), dtype),
-                   force_fp32_for_softmax=force_fp32)
+    out_b = jax.jit(dot_product_attention, static_argnames="force_fp32_for_softmax")(
+        q, k, v, mask=mask, force_fp32_for_softmax=force_fp32)
+    out_p = _plain_attention(q, k, v, mask=mask, force_fp32_for_softmax=force_fp32)
     assert out_b.dtype == out_p.dtype == (jnp.float32 if force_fp32 else dtype)
     np.testing.assert_allclose(np.asarray(out_b, np.float32), np.asarray(out_p, np.float32),
                                rtol=2e-2, atol=2e-2)
@@ -291,15 +296,11 @@ def test_blockwise_supports_forward_mode_and_vmap(force_blockwise):
     mask = jax.random.bernoulli(jax.random.PRNGKey(5), 0.7, (2, 1, 9, 6))
     tangents = _qkv((2, 9, 2, 4), 6, seed=1)
 
-    def both(q, k, v):
-        return (dot_product_attention(q, k, v, mask=mask),
-                dot_product_attention(q, k, v, mask=mask, bias=jnp.zeros(())))
-
     def lean(q, k, v):
-        return both(q, k, v)[0]
+        return dot_product_attention(q, k, v, mask=mask)
 
     def plain(q, k, v):
-        return both(q, k, v)[1]
+        return _plain_attention(q, k, v, mask=mask)
 
     _, t_lean = jax.jit(lambda *a: jax.jvp(lean, a, tangents))(q, k, v)
     _, t_plain = jax.jit(lambda *a: jax.jvp(plain, a, tangents))(q, k, v)
@@ -310,15 +311,16 @@ def test_blockwise_supports_forward_mode_and_vmap(force_blockwise):
 
 def test_blockwise_needs_less_memory_for_gradients():
     q, k, v = _qkv((1, 1024, 2, 8), 1024)
+    bias = jnp.zeros((2, 1, 1024))  # per-head, per-key bias: stays on the lean path
 
-    def temp_bytes(bias):
+    def temp_bytes(attend):
         def loss(q, k, v):
-            return dot_product_attention(q, k, v, bias=bias).sum()
+            return attend(q, k, v, bias=bias).sum()
 
         compiled = jax.jit(jax.grad(loss, (0, 1, 2))).lower(q, k, v).compile()
         return compiled.memory_analysis().temp_size_in_bytes
 
-    lean, plain = temp_bytes(None), temp_bytes(jnp.zeros(()))
+    lean, plain = temp_bytes(dot_product_attention), temp_bytes(_plain_attention)
     assert lean * 2 < plain, (lean, plain)
 
 

@@ -107,13 +107,16 @@ def test_sown_weights_match_flax():
     np.testing.assert_array_equal(state[col][name][0], value)
 
 
-@pytest.mark.parametrize("mask_kind", ["causal", "padding"])
+@pytest.mark.parametrize("mask_kind", ["causal", "padding", "bias"])
 def test_blockwise_path_matches_flax_to_float_rounding(mask_kind, monkeypatch):
     # q_len 40 with 16-query blocks: three blocks, the last one padded.
     monkeypatch.setattr(fns, "_BLOCKWISE_MIN_ELEMENTS", 1)
     monkeypatch.setattr(fns, "_Q_BLOCK", 16)
     q, k, v = _qkv((2, 40, 2, 8), 40)
-    mask = None
+    mask = bias = None
+    if mask_kind == "bias":  # a learned relative-position-style bias, differentiated too
+        bias = jax.random.normal(jax.random.PRNGKey(9), (2, 40, 40))
+        mask = fnn.make_causal_mask(jnp.ones((2, 40)))
     if mask_kind == "causal":
         mask = fnn.make_causal_mask(jnp.ones((2, 40)))
     elif mask_kind == "padding":
@@ -122,17 +125,17 @@ def test_blockwise_path_matches_flax_to_float_rounding(mask_kind, monkeypatch):
     cot = jax.random.normal(jax.random.PRNGKey(8), q.shape)
 
     def loss(fn):
-        def f(q, k, v):
-            out = fn(q, k, v, mask=mask)
+        def f(q, k, v, bias):
+            out = fn(q, k, v, mask=mask, bias=bias)
             return jnp.sum(out * cot), out
 
-        return jax.jit(jax.value_and_grad(f, (0, 1, 2), has_aux=True))(q, k, v)
+        return jax.jit(jax.value_and_grad(f, (0, 1, 2, 3), has_aux=True))(q, k, v, bias)
 
     (l1, out1), g1 = loss(att.dot_product_attention)
     (l2, out2), g2 = loss(fnn.dot_product_attention)
     _close(out1, out2)
     _close(l1, l2, rtol=1e-5)
-    for a, b in zip(g1, g2):
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
         _close(a, b, rtol=2e-6)
 
 
