@@ -4,24 +4,31 @@ Both run ``Module.init`` under ``jax.eval_shape`` (no FLOPs spent, no memory all
 with a method interceptor that records every Module call: its path, class, inputs and
 outputs. The table has one row per call (the first call of each Module unless
 ``show_repeated``), the Module's own variables per collection with their count and byte
-size, a ``Total`` row and a ``Total Parameters`` footer, rendered with ``rich``.
+size, a ``Total`` footer and a ``Total Parameters`` caption, rendered with ``rich`` (the
+cell text is built in :mod:`flaxen.linen._summary_render`).
+
+FLOPs are XLA's cost analysis of the *lowered* (unoptimised) computation of one call:
+``Module.apply`` of a fresh copy of the Module on its own abstract variables, with the
+call's array arguments and the tabulated RNG streams as inputs and every other argument
+(``train=False``, sizes, ...) fixed, and for ``vjp_flops`` that of ``jax.vjp`` of it
+pulled back with its own output.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
 import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
-import numpy as np
 
+from flaxen.linen import _summary_render as _text
 from flaxen.linen._binding import INIT_MUTABLE, check_instance, resolve_method
 from flaxen.linen._interception import intercept_methods
 
 _EMPTY: Mapping[str, Any] = types.MappingProxyType({})
+_PLAIN_METHODS = ("__call__", "<lambda>")  # not named in the module column
 
 
 @dataclasses.dataclass
@@ -31,7 +38,14 @@ class _Call:
     method: str
     args: Any
     kwargs: Any
-    outputs: Any
+    outputs: Any = None
+
+
+@dataclasses.dataclass
+class _Row:
+    call: _Call
+    own: dict[str, Any]  # collection -> the Module's variables, submodules left out
+    counted: dict[str, Any]  # collection -> what this row counts (own, or all below at depth)
     flops: Any = None
     vjp_flops: Any = None
 
@@ -39,7 +53,7 @@ class _Call:
 def _abstract(tree: Any) -> Any:
     def leaf(x: Any) -> Any:
         if hasattr(x, "shape") and hasattr(x, "dtype"):
-            return jax.ShapeDtypeStruct(np.shape(x), x.dtype)
+            return jax.ShapeDtypeStruct(x.shape, x.dtype)
         return x
 
     return jax.tree_util.tree_map(leaf, tree)
@@ -53,8 +67,8 @@ def _record_calls(module: Any, rngs: Any, args: tuple, kwargs: dict, method: Any
         mod = context.module
         if context.method_name == "setup" or mod.scope is None:
             return next_fun(*a, **k)
-        call = _Call(tuple(mod.scope.path), mod, context.method_name, _abstract(a),
-                     _abstract(k), None)
+        call = _Call(tuple(mod.scope.path), mod.clone(parent=None), context.method_name,
+                     _abstract(a), _abstract(k))
         calls.append(call)  # before running: rows follow call order, parents first
         out = next_fun(*a, **k)
         call.outputs = _abstract(out)
@@ -68,15 +82,43 @@ def _record_calls(module: Any, rngs: Any, args: tuple, kwargs: dict, method: Any
     return calls, variables
 
 
-def _select(calls: list[_Call], show_repeated: bool) -> list[_Call]:
-    if show_repeated:
-        return calls
-    seen, out = set(), []
-    for c in calls:
-        if c.path not in seen:
-            seen.add(c.path)
-            out.append(c)
+# --- rows ----------------------------------------------------------------------------------
+
+
+def _at_path(variables: Mapping, path: tuple[str, ...]) -> dict[str, Any]:
+    """``{collection: subtree at path}`` for the collections that have ``path``."""
+    out = {}
+    for col, node in variables.items():
+        for part in path:
+            if not isinstance(node, Mapping) or part not in node:
+                break
+            node = node[part]
+        else:
+            out[col] = dict(node) if isinstance(node, Mapping) else node
     return out
+
+
+def _rows(calls: list[_Call], variables: Mapping, depth: int | None,
+          show_repeated: bool) -> list[_Row]:
+    called = {c.path for c in calls}
+    seen: set[tuple[str, ...]] = set()
+    rows = []
+    for c in calls:
+        if c.path in seen or not hasattr(c.module, c.method):
+            if not show_repeated:
+                continue
+            own, counted = {}, {}  # repeated calls show no variables
+        elif depth is not None and len(c.path) > depth:
+            continue
+        else:
+            own = {col: {k: v for k, v in node.items() if c.path + (k,) not in called}
+                   for col, node in _at_path(variables, c.path).items()}
+            # at the depth limit a row counts everything below it, so rows add up to the total
+            folded = depth is not None and len(c.path) == depth
+            counted = _at_path(variables, c.path) if folded else own
+        seen.add(c.path)
+        rows.append(_Row(c, own, counted))
+    return rows
 
 
 def module_paths(module: Any, rngs: Any, *args: Any, show_repeated: bool = False,
@@ -84,134 +126,105 @@ def module_paths(module: Any, rngs: Any, *args: Any, show_repeated: bool = False
                  ) -> dict[str, Any]:
     """``{'path/to/module': module}`` for every Module called during ``init``."""
     check_instance(module)
-    calls, _ = _record_calls(module, rngs, args, kwargs, method, mutable)
-    out: dict[str, Any] = {}
-    for c in _select(calls, show_repeated):
-        key = "/".join(c.path)
-        if key not in out or show_repeated:
-            out[key] = c.module.clone(parent=None)
-    return out
+    calls, variables = _record_calls(module, rngs, args, kwargs, method, mutable)
+    return {"/".join(r.call.path): r.call.module
+            for r in _rows(calls, variables, None, show_repeated)}
 
 
-# --- formatting ----------------------------------------------------------------------------
+# --- FLOPs ---------------------------------------------------------------------------------
 
 
-def _size_text(num_bytes: int) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if num_bytes < 1000 or unit == "TB":
-            return f"{num_bytes} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
-        num_bytes /= 1000
-    raise AssertionError("unreachable")
+def _cost(fn: Callable, *args: Any) -> int:
+    cost = jax.jit(fn).lower(*args).cost_analysis()
+    if isinstance(cost, list):
+        cost = cost[0] if cost else None
+    return int(cost["flops"]) if cost and "flops" in cost else 0
 
 
-def _count_text(count: int, num_bytes: int) -> str:
-    return f"{count:,} ({_size_text(num_bytes)})"
+def _add_flops(row: _Row, rngs: Any, mutable: Any, fwd: bool, vjp: bool) -> None:
+    """Sets ``row.flops`` / ``row.vjp_flops``; ``'-'`` where the call cannot be re-run."""
+    c = row.call
+    leaves, treedef = jax.tree_util.tree_flatten((c.args, c.kwargs))
+    dynamic = [i for i, x in enumerate(leaves) if isinstance(x, jax.ShapeDtypeStruct)]
+
+    def inputs(arrays: list) -> tuple[tuple, dict]:
+        filled = list(leaves)
+        for i, x in zip(dynamic, arrays):
+            filled[i] = x
+        return treedef.unflatten(filled)
+
+    def init(rngs: Any, arrays: list) -> Any:
+        a, k = inputs(arrays)
+        return c.module.init(rngs, *a, method=c.method, mutable=mutable, **k)
+
+    def apply(variables: Any, rngs: Any, arrays: list) -> Any:
+        a, k = inputs(arrays)
+        return c.module.apply(variables, *a, rngs=rngs, method=c.method, mutable=mutable, **k)
+
+    def apply_vjp(variables: Any, rngs: Any, arrays: list) -> Any:
+        out, pullback = jax.vjp(apply, variables, rngs, arrays)
+        return pullback(out)
+
+    arrays = [leaves[i] for i in dynamic]
+    try:
+        variables = jax.eval_shape(init, rngs, arrays)
+        row.flops = _cost(apply, variables, rngs, arrays) if fwd else None
+        row.vjp_flops = _cost(apply_vjp, variables, rngs, arrays) if vjp else None
+    except Exception:  # noqa: BLE001 - a cost we cannot compute is shown as '-'
+        row.flops = row.vjp_flops = "-"
 
 
-def _leaf_text(x: Any) -> str:
-    if isinstance(x, jax.ShapeDtypeStruct) or (hasattr(x, "shape") and hasattr(x, "dtype")):
-        return f"{np.dtype(x.dtype).name}[{','.join(str(d) for d in x.shape)}]"
-    return repr(x)
-
-
-def _value_text(value: Any) -> str:
-    """Inputs/outputs: one leaf as ``float32[2,3]``, containers as ``- key: ...`` lines."""
-    leaves = jax.tree_util.tree_leaves_with_path(value)
-    if len(leaves) == 1 and not leaves[0][0]:
-        return _leaf_text(leaves[0][1])
-    if isinstance(value, tuple) and len(value) == 1:
-        return _value_text(value[0])
-    lines = []
-    for path, leaf in leaves:
-        keys = [str(getattr(k, "key", getattr(k, "name", ""))) for k in path
-                if not isinstance(k, jax.tree_util.SequenceKey)]
-        prefix = f"{'/'.join(keys)}: " if keys else ""
-        lines.append(f"- {prefix}{_leaf_text(leaf)}")
-    return "\n".join(lines)
-
-
-def _subtree(variables: Mapping, col: str, path: tuple[str, ...]) -> Mapping | None:
-    node = variables.get(col)
-    for part in path:
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node if isinstance(node, Mapping) else None
-
-
-def _own_vars(variables: Mapping, col: str, path: tuple[str, ...]) -> dict[str, Any]:
-    node = _subtree(variables, col, path)
-    if node is None:
-        return {}
-    # Sub-dicts are submodules; the Module's own variables are the rest.
-    return {k: v for k, v in node.items() if not isinstance(v, Mapping)}
+# --- the table -----------------------------------------------------------------------------
 
 
 def _stats(tree: Any) -> tuple[int, int]:
-    leaves = jax.tree_util.tree_leaves(tree)
-    count = sum(int(np.prod(np.shape(x))) for x in leaves)
-    size = sum(int(np.prod(np.shape(x))) * np.dtype(x.dtype).itemsize for x in leaves
-               if hasattr(x, "dtype"))
-    return count, size
+    leaves = [x for x in jax.tree_util.tree_leaves(tree) if hasattr(x, "size")]
+    return (sum(int(x.size) for x in leaves),
+            sum(int(x.size) * x.dtype.itemsize for x in leaves))
 
 
-def _flops(fn: Callable, *args: Any) -> Any:
-    try:
-        cost = jax.jit(fn).lower(*args).compile().cost_analysis()
-        if isinstance(cost, list):
-            cost = cost[0] if cost else {}
-        return int(cost.get("flops", 0))
-    except Exception:  # noqa: BLE001 - a cost we cannot compute is shown as '-'
-        return "-"
+def _inputs(args: tuple, kwargs: dict) -> Any:
+    """The inputs cell's value: the lone argument, the argument tuple, the keyword dict, or
+    the arguments followed by the keyword dict."""
+    if args and kwargs:
+        return (*args, kwargs)
+    if args:
+        return args[0] if len(args) == 1 else args
+    return kwargs or ()
 
 
-def _add_flops(call: _Call, variables: Any, vjp: bool) -> None:
-    module = call.module.clone(parent=None)
-    path = call.path
-    sub = {col: node for col in variables
-           if (node := _subtree(variables, col, path)) is not None}
-
-    def fwd(v: Any, args: Any, kwargs: Any) -> Any:
-        return module.apply(v, *args, method=call.method, mutable=True,
-                            rngs={"params": jax.random.PRNGKey(0),
-                                  "dropout": jax.random.PRNGKey(0)}, **kwargs)
-
-    call.flops = _flops(fwd, sub, call.args, call.kwargs)
-    if vjp:
-        def back(v: Any, args: Any, kwargs: Any) -> Any:
-            out, pull = jax.vjp(lambda vv, aa: fwd(vv, aa, kwargs), v, args)
-            return pull(out)
-
-        call.vjp_flops = _flops(back, sub, call.args, call.kwargs)
+def _collections(variables: Mapping) -> list[str]:
+    """``params`` first, then the other collections in the variables' order."""
+    return sorted(variables, key=lambda col: col != "params")
 
 
-def _render(module: Any, rows: list[dict], collections: list[str], totals: dict,
-            flop_cols: list[str], console_kwargs: Mapping | None,
-            table_kwargs: Mapping, column_kwargs: Mapping) -> str:
-    import rich.console
-    import rich.table
-    import rich.text
-
-    grand = (sum(c for c, _ in totals.values()), sum(b for _, b in totals.values()))
-    table = rich.table.Table(
-        show_header=True, show_lines=True, show_footer=False,
-        title=f"{type(module).__name__} Summary",
-        caption=f"\nTotal Parameters: {_count_text(*grand)}",
-        caption_justify="center", **dict(table_kwargs))
-    base_cols = ["path", "module", "inputs", "outputs", *flop_cols]
-    for name in base_cols + collections:
-        table.add_column(name, overflow="ellipsis", **dict(column_kwargs))
-    for row in rows:
-        table.add_row(*[row.get(c, "") for c in base_cols + collections])
-    total_row = [""] * len(base_cols)
-    total_row[-1] = rich.text.Text("Total", justify="right")
-    total_row += [_count_text(*totals[c]) if totals[c][0] else "" for c in collections]
-    table.add_row(*total_row)
-    kwargs = {"force_terminal": True, "force_jupyter": False, **dict(console_kwargs or {})}
-    kwargs["file"] = io.StringIO()
-    console = rich.console.Console(**kwargs)
-    console.print(table)
-    return "\n" + console.file.getvalue()
+def _table(module: Any, rows: list[_Row], collections: list[str], flop_cols: list[str],
+           console_kwargs: Mapping | None, table_kwargs: Mapping,
+           column_kwargs: Mapping) -> str:
+    totals = {col: [0, 0] for col in collections}
+    cells = []
+    for r in rows:
+        c = r.call
+        name = type(c.module).__name__
+        if c.method not in _PLAIN_METHODS:
+            name += f" [dim]({c.method})[/dim]"
+        line = ["/".join(c.path), name, _text.value_markup(_inputs(c.args, c.kwargs)),
+                _text.value_markup(c.outputs)]
+        line += [_text.value_markup(getattr(r, col)) for col in flop_cols]
+        for col in collections:
+            count, size = _stats(r.counted.get(col, {}))
+            totals[col][0] += count
+            totals[col][1] += size
+            own = _text.value_markup(r.own[col]) if col in r.own else ""
+            line.append((own + "\n\n" if own else "") + f"[bold]{_text.count_markup(count, size)}[/bold]")
+        cells.append(line)
+    columns = ["path", "module", "inputs", "outputs", *flop_cols]
+    footers: list[Any] = [""] * (len(columns) - 1) + [_text.right_text("Total")]
+    footers += [_text.count_markup(*totals[col]) for col in collections]
+    grand = [sum(t[i] for t in totals.values()) for i in (0, 1)]
+    return _text.render(f"{type(module).__name__} Summary", columns + collections, cells,
+                        footers, f"\nTotal Parameters: {_text.count_markup(*grand)}",
+                        console_kwargs, table_kwargs, column_kwargs)
 
 
 def tabulate(module: Any, rngs: Any, depth: int | None = None, show_repeated: bool = False,
@@ -225,7 +238,10 @@ def tabulate(module: Any, rngs: Any, depth: int | None = None, show_repeated: bo
     arguments go to the forward method. ``depth`` limits how deep submodules are listed
     (hidden submodules' counts go to their first shown ancestor, so rows still sum to the
     total); ``show_repeated`` lists every call, not only the first per Module;
-    ``console_kwargs`` go to ``rich.console.Console``.
+    ``console_kwargs`` go to ``rich.console.Console``, ``table_kwargs`` to
+    ``rich.table.Table`` and ``column_kwargs`` to ``Table.add_column``;
+    ``compute_flops`` / ``compute_vjp_flops`` add columns with each call's estimated
+    forward / backward FLOPs. Collections are listed ``params`` first.
 
     >>> import jax, jax.numpy as jnp
     >>> import flaxen.linen as nn
@@ -246,49 +262,13 @@ def tabulate(module: Any, rngs: Any, depth: int | None = None, show_repeated: bo
     def summarize(*args: Any, **call_kwargs: Any) -> str:
         calls, variables = _record_calls(module, rngs, args, {**kwargs, **call_kwargs},
                                          method, mutable)
-        calls = _select(calls, show_repeated)
-        collections = sorted(variables)
-        shown = [c for c in calls if depth is None or len(c.path) <= depth]
-        if compute_flops or compute_vjp_flops:
-            for c in shown:
-                _add_flops(c, variables, compute_vjp_flops)
-        flop_cols = (["flops"] if compute_flops else []) + (
-            ["vjp_flops"] if compute_vjp_flops else [])
-        totals = {col: _stats(variables[col]) for col in collections}
-        rows = []
-        shown_paths = {c.path for c in shown}
-        for c in shown:
-            row = {
-                "path": "/".join(c.path),
-                "module": type(c.module).__name__ if c.method == "__call__"
-                else f"{type(c.module).__name__}.{c.method}",
-                "inputs": _value_text(c.args if c.args else c.kwargs),
-                "outputs": _value_text(c.outputs),
-            }
-            if compute_flops:
-                row["flops"] = str(c.flops)
-            if compute_vjp_flops:
-                row["vjp_flops"] = str(c.vjp_flops)
-            first_of_path = all(o.path != c.path for o in shown[:shown.index(c)])
-            for col in collections:
-                own = _own_vars(variables, col, c.path)
-                if not first_of_path:
-                    continue
-                count, size = _stats(own)
-                if depth is not None and len(c.path) == depth:
-                    node = _subtree(variables, col, c.path) or {}
-                    count, size = _stats(node)  # hidden descendants fold in here
-                elif depth is not None:
-                    hidden = {k: v for k, v in (_subtree(variables, col, c.path) or {}).items()
-                              if isinstance(v, Mapping) and c.path + (k,) not in shown_paths}
-                    hc, hs = _stats(hidden)
-                    count, size = count + hc, size + hs
-                if count == 0:
-                    continue
-                lines = [f"{k}: {_leaf_text(v)}" for k, v in sorted(own.items())]
-                row[col] = "\n".join([*lines, "", _count_text(count, size)])
-            rows.append(row)
-        return _render(module, rows, collections, totals, flop_cols, console_kwargs,
-                       table_kwargs, column_kwargs)
+        rows = _rows(calls, variables, depth, show_repeated)
+        flop_cols = ["flops"] * compute_flops + ["vjp_flops"] * compute_vjp_flops
+        if flop_cols:
+            streams = _abstract(rngs if isinstance(rngs, Mapping) else {"params": rngs})
+            for r in rows:
+                _add_flops(r, streams, mutable, compute_flops, compute_vjp_flops)
+        return _table(module, rows, _collections(variables), flop_cols, console_kwargs,
+                      table_kwargs, column_kwargs)
 
     return summarize
