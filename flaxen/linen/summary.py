@@ -216,7 +216,8 @@ def _table(module: Any, rows: list[_Row], collections: list[str], flop_cols: lis
             totals[col][0] += count
             totals[col][1] += size
             own = _text.value_markup(r.own[col]) if col in r.own else ""
-            line.append((own + "\n\n" if own else "") + f"[bold]{_text.count_markup(count, size)}[/bold]")
+            count_cell = f"[bold]{_text.count_markup(count, size)}[/bold]"
+            line.append(f"{own}\n\n{count_cell}" if own else count_cell)
         cells.append(line)
     columns = ["path", "module", "inputs", "outputs", *flop_cols]
     footers: list[Any] = [""] * (len(columns) - 1) + [_text.right_text("Total")]

@@ -174,7 +174,8 @@ class Shared(nn.Module):
 
 def test_repeated_calls_list_no_variables():
     text = Shared().tabulate(KEY, jnp.ones((1, 3)), show_repeated=True, console_kwargs=PLAIN)
-    assert text.count("bias: float32[3]") == 1 and text.count("12 (48 B)") == 3  # row, total, caption
+    assert text.count("bias: float32[3]") == 1
+    assert text.count("12 (48 B)") == 3  # first row, total, caption
 
 
 def test_depth_fold_count_on_first_line():
