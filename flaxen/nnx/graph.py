@@ -20,23 +20,35 @@ from __future__ import annotations
 
 import typing as tp
 
+from flaxen.nnx import _codegen, filterlib
 from flaxen.nnx import _graph_engine as eng
-from flaxen.nnx import filterlib
 from flaxen.nnx.state import State
 from flaxen.nnx.variables import EMPTY, Variable, VariableState, _make_state
 
 GraphNode = eng.GraphNode
+_COMPILE_AT = 3
 Node = tp.TypeVar("Node")
 
 
 class GraphDef(tp.Generic[Node]):
     """The static part of a split graph. Hashable; equal graphs give equal GraphDefs."""
 
-    __slots__ = ("defs", "_hash", "__weakref__")
+    __slots__ = ("defs", "_hash", "_uses", "_states_fn", "_merge_fn", "__weakref__")
 
     def __init__(self, defs: tuple) -> None:
         self.defs = defs
         self._hash = hash(defs)
+        # Generated split/merge code is compiled on the third use: a definition used once or
+        # twice (a one-off split, a clone) would not repay the compile.
+        self._uses = 0
+        self._states_fn: tp.Any = None
+        self._merge_fn: tp.Any = None
+
+    def _compile(self) -> None:
+        self._uses += 1
+        if self._uses == _COMPILE_AT:
+            self._states_fn = _codegen.make_states_fn(self.defs)
+            self._merge_fn = _codegen.make_merge_fn(self.defs)
 
     def __hash__(self) -> int:
         return self._hash
@@ -113,6 +125,12 @@ def _states_from_flat(fg: eng.FlatGraph, filters: tuple) -> tuple[State, ...]:
     variables = fg.variables
     paths = fg.paths
     if not filters:
+        gd = fg.graphdef
+        fn = gd._states_fn
+        if fn is not None:
+            return (fn(variables),)
+        if gd._uses < _COMPILE_AT:
+            gd._compile()
         items = [(p, _make_state(type(v), v.raw_value, v._var_metadata))
                  for p, v in zip(paths, variables)]
         return (_nest(items),)
@@ -250,6 +268,14 @@ def merge(graphdef: GraphDef[Node], state: tp.Mapping, /, *states: tp.Mapping) -
     """A fresh object graph from ``graphdef`` and the union of the states."""
     if not isinstance(graphdef, GraphDef):
         raise TypeError(f"nnx.merge expects a GraphDef first, got {type(graphdef).__name__}.")
+    if not states and type(state) is State:
+        fn = graphdef._merge_fn
+        if fn is not None:
+            node = fn(state)
+            if node is not _codegen.MISS:
+                return node
+        elif graphdef._uses < _COMPILE_AT:
+            graphdef._compile()
     leaves = _leaves_from_states(graphdef.defs, (state, *states), "merge")
     return eng.unflatten(graphdef.defs, leaves)[0]
 

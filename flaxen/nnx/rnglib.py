@@ -43,6 +43,14 @@ class RngCount(RngState):
     __slots__ = ()
 
 
+# Eager ``jax.random.fold_in`` converts and checks its arguments in Python and dispatches a
+# primitive (~8x the cost of a jitted call), and model construction draws one key per
+# parameter. The jitted function computes the same bits; it is used only on concrete keys
+# with the stream's own uint32 counts, so traced code and unusual counts keep the public path.
+_fold_in_jit = jax.jit(jax.random.fold_in)
+_Tracer = jax.core.Tracer
+
+
 def _to_key(value: tp.Any, tag: str) -> jax.Array:
     if isinstance(value, (int, np.integer)):
         return jax.random.key(int(value))
@@ -65,7 +73,11 @@ class RngStream(GraphNode):
     def __call__(self) -> jax.Array:
         count = self.count
         c = count.value
-        key = jax.random.fold_in(self.key.value, c)
+        base = self.key.value
+        if type(c) is np.uint32 and not isinstance(base, _Tracer):
+            key = _fold_in_jit(base, c)
+        else:
+            key = jax.random.fold_in(base, c)
         count.value = c + 1
         return key
 

@@ -1,0 +1,233 @@
+"""Straight-line code generated per graph definition for ``split`` and ``merge``.
+
+Why: interpreting a definition tuple on every call costs a Python call, a kind dispatch and
+several tuple reads per object, which is most of a split+merge round trip. A definition is
+fixed, so once it has been used twice we compile one function for it that does nothing but
+the object creation: no dispatch, no recursion, constants bound as closure cells.
+
+The generated code never decides anything the interpreter in :mod:`flaxen.nnx.graph`
+would decide differently. The merge function only accepts a State with exactly the keys
+the definition expects and :class:`VariableState` leaves; for anything else it returns
+:data:`MISS` and the caller takes the general path, which raises the usual errors.
+"""
+
+from __future__ import annotations
+
+import types
+import typing as tp
+
+from flaxen.nnx import _trace
+from flaxen.nnx._graph_engine import GraphNode, _Identity
+from flaxen.nnx.state import State
+from flaxen.nnx.variables import Variable, VariableState
+
+MISS = object()
+# Beyond this many objects the generated source gets large enough that compiling it costs
+# more than it could save.
+_MAX_OBJECTS = 20_000
+_LITERAL_TYPES = (str, int, bool, type(None))
+
+
+def _thaw(v: tp.Any) -> tp.Any:
+    return v.obj if type(v) is _Identity else v
+
+
+class _Source:
+    """Collects lines and closure constants of one generated function."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.consts: dict[int, str] = {}
+        self.values: dict[str, tp.Any] = {}
+        self.n = 0
+
+    def const(self, value: tp.Any) -> str:
+        if type(value) in _LITERAL_TYPES:
+            return repr(value)
+        name = self.consts.get(id(value))
+        if name is None:
+            name = f"k{len(self.consts)}"
+            self.consts[id(value)] = name
+            self.values[name] = value
+        return name
+
+    def fresh(self, prefix: str) -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+    def compile(self, name: str, args: str, env: dict[str, tp.Any]) -> tp.Callable:
+        env = {**env, **self.values}
+        params = ", ".join(env)
+        body = "\n".join("        " + ln for ln in self.lines)
+        src = (f"def _factory({params}):\n    def {name}({args}):\n{body}\n"
+               f"    return {name}\n")
+        ns: dict[str, tp.Any] = {}
+        exec(compile(src, f"<flaxen.nnx generated {name}>", "exec"), ns)  # noqa: S102
+        return ns["_factory"](**env)
+
+
+def _var_paths(defs: tuple) -> list[tuple[tuple, tuple]] | None:
+    """``(path, var def)`` of each Variable in walk order, as the interpreter sees them."""
+    out: list = []
+    count = [0]
+
+    def walk(d: tuple, path: tuple) -> None:
+        count[0] += 1
+        kind = d[0]
+        if kind == "var":
+            out.append((path, d))
+        elif kind == "node":
+            for name, s in d[3]:
+                walk(s, (*path, name))
+        elif kind == "tree":
+            for keys, s in zip(d[4], d[2]):
+                walk(s, (*path, *keys))
+
+    for d in defs:
+        walk(d, ())
+    if count[0] > _MAX_OBJECTS:
+        return None
+    return out
+
+
+def _trie(paths: tp.Iterable[tuple]) -> dict | None:
+    """Nested dicts (insertion order = first occurrence) whose leaves are Variable indices."""
+    root: dict = {}
+    for i, path in enumerate(paths):
+        if not path:
+            return None
+        node = root
+        for k in path[:-1]:
+            nxt = node.setdefault(k, {})
+            if type(nxt) is not dict:
+                return None
+            node = nxt
+        if path[-1] in node:
+            return None
+        node[path[-1]] = i
+    return root
+
+
+def _dict_setter(typ: type) -> tp.Any:
+    for klass in typ.__mro__:
+        desc = klass.__dict__.get("__dict__")
+        if desc is not None:
+            return desc.__set__ if type(desc) is types.GetSetDescriptorType else None
+    return None
+
+
+_COMMON_ENV = {
+    "_new": object.__new__,
+    "_dict": dict,
+    "_len": len,
+    "_type": type,
+    "_VS": VariableState,
+    "_S": State,
+    "_MISS": MISS,
+    "_current_trace": _trace.current_trace,
+    "_set_meta": Variable._var_metadata.__set__,  # type: ignore[attr-defined]
+    "_set_trace": Variable._trace_state.__set__,  # type: ignore[attr-defined]
+    "_set_raw": Variable.raw_value.__set__,  # type: ignore[attr-defined]
+    "_vs_type": VariableState.type.__set__,  # type: ignore[attr-defined]
+    "_vs_value": VariableState.value.__set__,  # type: ignore[attr-defined]
+    "_vs_meta": VariableState._var_metadata.__set__,  # type: ignore[attr-defined]
+    "_set_map": State._mapping.__set__,  # type: ignore[attr-defined]
+}
+
+
+def make_states_fn(defs: tuple) -> tp.Callable[[list], State] | None:
+    """``fn(variables) -> State`` equal to what the interpreter's split builds, or None."""
+    vp = _var_paths(defs)
+    if vp is None:
+        return None
+    trie = _trie(p for p, _ in vp)
+    if trie is None and vp:
+        return None
+    src = _Source()
+    ln = src.lines
+    n = len(vp)
+    if n:
+        ln.append(", ".join(f"v{i}" for i in range(n)) + ", = vs")
+    for i, (_, d) in enumerate(vp):
+        ln.append(f"a{i} = _new(_VS); _vs_type(a{i}, {src.const(d[1])}); "
+                  f"_vs_value(a{i}, v{i}.raw_value); _vs_meta(a{i}, _dict(v{i}._var_metadata))")
+
+    def emit(node: dict) -> str:
+        items = []
+        for k, sub in node.items():
+            items.append(f"{src.const(k)}: " + (f"a{sub}" if type(sub) is int else emit(sub)))
+        name = src.fresh("s")
+        ln.append(f"{name} = _new(_S); _set_map({name}, {{{', '.join(items)}}})")
+        return name
+
+    ln.append(f"return {emit(trie or {})}")
+    return src.compile("states_from_vars", "vs", _COMMON_ENV)
+
+
+def make_merge_fn(defs: tuple) -> tp.Callable[[State], tp.Any] | None:
+    """``fn(state) -> node`` (or :data:`MISS`) equal to the interpreter's merge, or None."""
+    if len(defs) != 1 or defs[0][0] not in ("node", "tree"):
+        return None
+    vp = _var_paths(defs)
+    if vp is None:
+        return None
+    trie = _trie(p for p, _ in vp)
+    if trie is None:
+        return None
+    src = _Source()
+    ln = src.lines
+    ln.append("m0 = s._mapping")
+
+    def lookup(node: dict, m: str) -> None:
+        ln.append(f"if _len({m}) != {len(node)}: return _MISS")
+        for k, sub in node.items():
+            if type(sub) is int:
+                ln.append(f"l{sub} = {m}[{src.const(k)}]")
+                ln.append(f"if _type(l{sub}) is not _VS: return _MISS")
+            else:
+                child = src.fresh("m")
+                ln.append(f"{child} = {m}[{src.const(k)}]")
+                ln.append(f"if _type({child}) is not _S: return _MISS")
+                ln.append(f"{child} = {child}._mapping")
+                lookup(sub, child)
+
+    lookup(trie, "m0")
+    ln.append("tr = _current_trace()")
+    counter = [0]
+    ok = [True]
+
+    def build(d: tuple) -> str:
+        kind = d[0]
+        if kind == "static":
+            return src.const(_thaw(d[1]))
+        if kind == "ref":
+            return f"o{d[1]}"
+        if kind == "var":
+            i = counter[0]
+            counter[0] = i + 1
+            o = f"o{d[2]}"
+            ln.append(f"{o} = _new({src.const(d[1])}); _set_meta({o}, _dict(l{i}._var_metadata)); "
+                      f"_set_trace({o}, tr); _set_raw({o}, l{i}.value)")
+            return o
+        if kind == "node":
+            setter = _dict_setter(d[1])
+            if setter is None:
+                ok[0] = False
+                return "None"
+            o = f"o{d[2]}"
+            ln.append(f"{o} = _new({src.const(d[1])}); _set_node_trace({o}, tr)")
+            items = [f"{src.const(name)}: {build(sub)}" for name, sub in d[3]]
+            ln.append(f"{src.const(setter)}({o}, {{{', '.join(items)}}})")
+            return o
+        subs = [build(s) for s in d[2]]
+        t = src.fresh("t")
+        ln.append(f"{t} = {src.const(d[1])}.unflatten([{', '.join(subs)}])")
+        return t
+
+    root = build(defs[0])
+    if not ok[0]:
+        return None
+    ln.append(f"return {root}")
+    env = dict(_COMMON_ENV)
+    env["_set_node_trace"] = GraphNode._nnx_trace.__set__  # type: ignore[attr-defined]
+    return src.compile("merge_state", "s", env)
