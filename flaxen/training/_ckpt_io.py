@@ -13,7 +13,9 @@ Flax-compatible decoder; arrays come back as numpy arrays.
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -105,9 +107,37 @@ def write_file(tmp_path: str, parts: list[Any]) -> None:
         os.close(fd)
 
 
+def _exchange(a: str, b: str) -> bool:
+    """Atomically swaps two existing paths (Linux ``renameat2(RENAME_EXCHANGE)``)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    rc = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return rc == 0
+
+
 def commit(tmp_path: str, final_path: str) -> None:
-    """Atomically moves the finished temporary file to its final name."""
-    os.replace(tmp_path, final_path)
+    """Atomically moves the finished temporary file (or folder) to its final name.
+
+    An existing folder at ``final_path`` (an Orbax checkpoint being overwritten, or a folder
+    replacing a file) cannot be replaced by ``os.replace``: the two are swapped atomically and
+    the old one is deleted afterwards, so ``final_path`` always holds a complete checkpoint.
+    """
+    from flaxen.training._ckpt_paths import remove_path
+
+    if os.path.isdir(final_path) or (os.path.isdir(tmp_path) and os.path.lexists(final_path)):
+        if _exchange(tmp_path, final_path):
+            remove_path(tmp_path)
+        else:  # no atomic swap here: a short window in which final_path is missing
+            remove_path(final_path)
+            os.rename(tmp_path, final_path)
+    else:
+        os.replace(tmp_path, final_path)
     fsync_dir(os.path.dirname(final_path) or ".")
 
 

@@ -26,6 +26,10 @@ ORBAX_TMP_MARKER = ".orbax-checkpoint-tmp"
 ORBAX_CKPT_FILENAME = "checkpoint"
 ORBAX_METADATA_FILENAME = "_METADATA"
 ORBAX_MANIFEST_OCDBT = "manifest.ocdbt"
+# Old checkpoint folders are renamed to this (Flax and flaxen both skip ORBAX_TMP_MARKER names)
+# before they are deleted, so a deletion cut short never leaves a half-deleted checkpoint.
+_TRASH_SUFFIX = ORBAX_TMP_MARKER + "-flaxen-removing"
+_STEP_RE = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 
 
 def natural_sort(file_list: Iterable[str], signed: bool = True) -> list[str]:
@@ -75,9 +79,12 @@ def step_of(path: str, prefix: str, step_type: type = float) -> int | float:
 
 
 def _is_candidate(name: str, prefix: str) -> bool:
+    # Only "{prefix}<number>" is a checkpoint. Flax also lists other names that start with the
+    # prefix ("checkpoint_notes.txt"), which then win the natural sort: latest_checkpoint
+    # returns the stray file and every later save is refused as "not newer". flaxen skips them.
     return (
         name.startswith(prefix)
-        and name != f"{prefix}tmp"
+        and _STEP_RE.fullmatch(name[len(prefix):]) is not None
         and not name.endswith(MP_ARRAY_POSTFIX)
         and ORBAX_TMP_MARKER not in name
     )
@@ -102,10 +109,32 @@ def check_overwrite(ckpt_dir: str, prefix: str, ckpt_path: str, step: int | floa
 
 
 def remove_path(path: str) -> None:
+    """Removes a checkpoint file, or a checkpoint folder as one atomic step.
+
+    A folder is first renamed to a name no reader lists, then deleted: a process killed during
+    the deletion leaves that ignored name behind (swept by the next clean-up), never a
+    ``checkpoint_<step>`` folder with half of its files.
+    """
     if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
+        trash = path + _TRASH_SUFFIX
+        if os.path.lexists(trash):
+            shutil.rmtree(trash, ignore_errors=True)
+        os.rename(path, trash)
+        shutil.rmtree(trash)
     else:
         os.remove(path)
+
+
+def _sweep_trash(ckpt_dir: str, prefix: str) -> None:
+    """Deletes folders left by a clean-up that was killed half way (see ``remove_path``)."""
+    try:
+        names = os.listdir(ckpt_dir)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(prefix) and name.endswith(_TRASH_SUFFIX):
+            logger.info("Removing leftover of an interrupted clean-up: %s", name)
+            shutil.rmtree(os.path.join(ckpt_dir, name), ignore_errors=True)
 
 
 def remove_stale(
@@ -122,6 +151,7 @@ def remove_stale(
     survives. ``keep <= 0`` keeps everything (as Flax does), and the checkpoint just written is
     never removed, so the directory always keeps its latest good checkpoint.
     """
+    _sweep_trash(ckpt_dir, prefix)
     files = list_checkpoints(ckpt_dir, prefix)
     if overwrite and ckpt_path in files:
         cut = files.index(ckpt_path) + 1

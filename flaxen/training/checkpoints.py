@@ -34,13 +34,14 @@ from typing import Any
 import jax
 
 from flaxen import errors, serialization
-from flaxen.training import _ckpt_io
+from flaxen.training import _ckpt_io, _ckpt_paths
 from flaxen.training._ckpt_paths import (
     MODULE_NUM_RE,
     MP_ARRAY_POSTFIX,
     ORBAX_CKPT_FILENAME,
     ORBAX_MANIFEST_OCDBT,
     ORBAX_METADATA_FILENAME,
+    ORBAX_TMP_MARKER,
     SIGNED_FLOAT_RE,
     UNSIGNED_FLOAT_RE,
     check_overwrite,
@@ -129,6 +130,15 @@ def _use_orbax(orbax_checkpointer: Any) -> bool:
     return True
 
 
+_STAGING_SUFFIX = ORBAX_TMP_MARKER + "-flaxen-new"
+
+
+def _wait_orbax(checkpointer: Any) -> None:
+    wait = getattr(checkpointer, "wait_until_finished", None)
+    if callable(wait):
+        wait()
+
+
 def _default_orbax_checkpointer():
     ocp = _orbax_module()
     return ocp.Checkpointer(ocp.PyTreeCheckpointHandler())
@@ -196,8 +206,23 @@ def _save(
 
     if _use_orbax(orbax_checkpointer):
         checkpointer = orbax_checkpointer or _default_orbax_checkpointer()
-        # Orbax writes to its own temporary folder and renames it when complete.
-        checkpointer.save(ckpt_path, target, force=overwrite)
+        _wait_orbax(checkpointer)
+        if overwrite and os.path.lexists(ckpt_path):
+            # Orbax's `force=True` deletes the old folder before writing the new one: a crash
+            # in between would lose that step. Write next to it, then swap atomically.
+            staging = ckpt_path + _STAGING_SUFFIX
+            if os.path.lexists(staging):
+                _ckpt_paths.remove_path(staging)
+            checkpointer.save(staging, target)
+            _wait_orbax(checkpointer)
+            if writer:
+                _ckpt_io.commit(staging, ckpt_path)
+        else:
+            # Orbax writes to its own temporary folder and renames it when complete.
+            checkpointer.save(ckpt_path, target, force=overwrite)
+            # An async checkpointer must finish before old checkpoints are removed, or
+            # `keep` could delete the previous latest checkpoint while the new one is unwritten.
+            _wait_orbax(checkpointer)
         if writer:
             remove_stale(ckpt_path, ckpt_dir, prefix, keep, overwrite, keep_every_n_steps)
         return ckpt_path
@@ -311,7 +336,101 @@ def _steps_hint(ckpt_dir: str, prefix: str) -> str:
     return f'available steps in "{ckpt_dir}": {", ".join(names)}'
 
 
-def _restore_orbax(ckpt_path: str, target: PyTree, orbax_checkpointer: Any, orbax_transforms):
+def _key_name(key: Any) -> str:
+    for attr in ("key", "name", "idx"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def _flat_paths(tree: PyTree) -> dict[tuple[str, ...], Any]:
+    """``{('params', 'Dense_0', 'kernel'): leaf}``; None and empty containers have no entry."""
+    leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {tuple(_key_name(k) for k in path): leaf for path, leaf in leaves}
+
+
+def _shape(x: Any) -> tuple[int, ...] | None:
+    shape = getattr(x, "shape", None)
+    return tuple(shape) if shape is not None else None
+
+
+def _show(path: tuple[str, ...]) -> str:
+    return "/" + "/".join(path)
+
+
+def _mismatch(ckpt_path: str, what: str) -> ValueError:
+    return ValueError(
+        f'Checkpoint "{ckpt_path}" does not match the restore target: {what}. Restore into a '
+        "target built like the saved tree, pass target=None to get the saved tree as it is, or "
+        "(Orbax checkpoints) pass orbax_transforms to map the saved tree onto the new one."
+    )
+
+
+def _check_against_target(
+    ckpt_path: str, saved: dict[tuple[str, ...], Any], target: PyTree
+) -> None:
+    """Raises ValueError at the first target leaf the checkpoint lacks or has in another shape.
+
+    Keys the checkpoint has and the target lacks are allowed (a partial restore), as in the
+    legacy format.
+    """
+    for path, leaf in _flat_paths(target).items():
+        if path not in saved:
+            depth = 0
+            while depth < len(path) and any(p[: depth + 1] == path[: depth + 1] for p in saved):
+                depth += 1
+            parent = path[:depth]
+            if parent in saved:
+                there = "a single value"
+            else:
+                keys = sorted({p[depth] for p in saved if p[:depth] == parent and len(p) > depth})
+                there = f"keys {keys}"
+            raise _mismatch(
+                ckpt_path,
+                f"the target has {_show(path)}, which the checkpoint does not have (at "
+                f"{_show(parent)} the checkpoint has {there})",
+            )
+        want, got = _shape(leaf), _shape(saved[path])
+        if want is not None and got is not None and want != got:
+            raise _mismatch(
+                ckpt_path,
+                f"{_show(path)} has shape {got} in the checkpoint but {want} in the target",
+            )
+
+
+def _corrupt(ckpt_path: str, prefix: str, error: BaseException) -> ValueError:
+    ckpt_dir = os.path.dirname(ckpt_path)
+    return ValueError(
+        f'Orbax checkpoint "{ckpt_path}" could not be read ({type(error).__name__}: {error}): it '
+        "is corrupt or incomplete. Delete it and restore an earlier step "
+        f"({_steps_hint(ckpt_dir, prefix)})."
+    )
+
+
+def _orbax_saved_leaves(ckpt_path: str, prefix: str, user_checkpointer: bool):
+    """The checkpoint's leaves (Orbax metadata: shapes, no data) by path, or None if unknown."""
+    from etils import epath
+
+    ocp = _orbax_module()
+    handler = ocp.PyTreeCheckpointHandler()
+    try:
+        meta = handler.metadata(epath.Path(ckpt_path))
+        tree = getattr(meta, "tree", meta)
+        return _flat_paths(tree)
+    except Exception as e:
+        if user_checkpointer:
+            return None  # maybe not a PyTree checkpoint; the caller's checkpointer knows
+        raise _corrupt(ckpt_path, prefix, e) from e
+    finally:
+        close = getattr(handler, "close", None)
+        if callable(close):
+            close()
+
+
+def _restore_orbax(
+    ckpt_path: str, target: PyTree, orbax_checkpointer: Any, orbax_transforms: Any, prefix: str
+) -> PyTree:
+    user_checkpointer = orbax_checkpointer is not None
     if orbax_checkpointer is None:
         if _orbax_module() is None:
             raise ImportError(
@@ -319,17 +438,31 @@ def _restore_orbax(ckpt_path: str, target: PyTree, orbax_checkpointer: Any, orba
                 "orbax-checkpoint package: `pip install orbax-checkpoint`."
             )
         orbax_checkpointer = _default_orbax_checkpointer()
+    _wait_orbax(orbax_checkpointer)
     kwargs = {}
     if target is not None:
         from flaxen.training import orbax_utils
 
+        if orbax_transforms is None:
+            # Without transforms Orbax fills target leaves missing from the checkpoint with
+            # the target's own values and ignores shapes: check first, so that a model that
+            # changed since the save is an error and not a silent partial restore.
+            saved = _orbax_saved_leaves(ckpt_path, prefix, user_checkpointer)
+            if saved is not None:
+                _check_against_target(ckpt_path, saved, target)
         kwargs["restore_args"] = orbax_utils.restore_args_from_target(target)
         kwargs["transforms"] = orbax_utils.maybe_construct_transformations(
             target, orbax_transforms
         )
     elif orbax_transforms is not None:
         kwargs["transforms"] = orbax_transforms
-    return orbax_checkpointer.restore(ckpt_path, item=target, **kwargs)
+    try:
+        return orbax_checkpointer.restore(ckpt_path, item=target, **kwargs)
+    except Exception as e:
+        if user_checkpointer or orbax_transforms is not None:
+            e.add_note(f'while restoring Orbax checkpoint "{ckpt_path}"')
+            raise
+        raise _corrupt(ckpt_path, prefix, e) from e
 
 
 def restore_checkpoint(
@@ -378,7 +511,7 @@ def restore_checkpoint(
 
     if is_orbax_checkpoint(ckpt_path):
         logger.info("Restoring Orbax checkpoint from %s", ckpt_path)
-        return _restore_orbax(ckpt_path, target, orbax_checkpointer, orbax_transforms)
+        return _restore_orbax(ckpt_path, target, orbax_checkpointer, orbax_transforms, prefix)
     if os.path.isdir(ckpt_path):
         raise ValueError(
             f'Checkpoint "{ckpt_path}" is a directory but not an Orbax checkpoint (it has no '
@@ -398,7 +531,7 @@ def restore_checkpoint(
     if target is None:
         return state_dict
     try:
-        return serialization.from_state_dict(target, state_dict)
+        restored = serialization.from_state_dict(target, state_dict)
     except ValueError as e:
         if type(e) is ValueError:
             raise ValueError(
@@ -406,6 +539,10 @@ def restore_checkpoint(
             ) from e
         e.add_note(f'while restoring checkpoint "{ckpt_path}" into the given target')
         raise
+    # from_state_dict keeps the saved arrays as they are; a shape that differs from the
+    # target's means the model changed since the save, which must not pass silently.
+    _check_against_target(ckpt_path, _flat_paths(restored), target)
+    return restored
 
 
 def convert_pre_linen(params: PyTree) -> PyTree:

@@ -127,6 +127,12 @@ def test_natural_sort_and_latest_match(tmp_path):
         assert ours.natural_sort(names, signed=False) == ref.natural_sort(names, signed=False)
     for n in names:
         (tmp_path / n).write_bytes(b"")
+    # Deliberate divergence: Flax lists any name starting with the prefix, so the stray
+    # "ckpt_abc" wins its natural sort (and blocks later saves); flaxen only lists numeric steps.
+    assert ref.latest_checkpoint(tmp_path, "ckpt_") == str(tmp_path / "ckpt_abc")
+    assert ours.latest_checkpoint(tmp_path, "ckpt_") == str(tmp_path / "ckpt_100000.0")
+    (tmp_path / "ckpt_abc").unlink()
+    (tmp_path / "ckpt_").unlink()
     assert ours.latest_checkpoint(tmp_path, "ckpt_") == ref.latest_checkpoint(tmp_path, "ckpt_")
 
 

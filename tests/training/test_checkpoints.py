@@ -5,8 +5,8 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -24,6 +24,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def legacy():
     with config.temp_flip_flag("use_orbax_checkpointing", False):
         yield
+
+
+@pytest.fixture(params=["legacy", "orbax"])
+def fmt(request):
+    """Runs a test once per on-disk format (Orbax is the default one)."""
+    if request.param == "orbax":
+        pytest.importorskip("orbax.checkpoint")
+    with config.temp_flip_flag("use_orbax_checkpointing", request.param == "orbax"):
+        yield request.param
 
 
 def names(d):
@@ -152,31 +161,77 @@ def test_restore_missing_returns_target(tmp_path, legacy):
     assert checkpoints.restore_checkpoint(tmp_path / "checkpoint_4", sentinel) is sentinel
 
 
-def test_restore_missing_step_names_file_and_available_steps(tmp_path, legacy):
-    checkpoints.save_checkpoint(tmp_path, {"a": 1}, 2)
+def test_restore_missing_step_names_file_and_available_steps(tmp_path, fmt):
+    checkpoints.save_checkpoint(tmp_path, {"a": np.ones(2)}, 2)
     with pytest.raises(ValueError, match=r"checkpoint_7.*available steps.*2"):
         checkpoints.restore_checkpoint(tmp_path, None, step=7)
-    checkpoint_file = tmp_path / "checkpoint_2"
+    with pytest.raises(ValueError, match=r"checkpoint_7.*available steps.*2"):
+        checkpoints.restore_checkpoint(tmp_path, {"a": np.zeros(2)}, step=7)
+    # A checkpoint's own path restores that checkpoint.
+    restored = checkpoints.restore_checkpoint(tmp_path / "checkpoint_2", None)
+    assert restored["a"].tolist() == [1, 1]
+
+
+def test_restore_step_from_a_file_path(tmp_path, legacy):
+    checkpoints.save_checkpoint(tmp_path, {"a": 1}, 2)
     with pytest.raises(ValueError, match="is a file; pass its directory"):
-        checkpoints.restore_checkpoint(checkpoint_file, None, step=2)
-    # A file path restores that file.
-    assert checkpoints.restore_checkpoint(checkpoint_file, None) == {"a": 1}
+        checkpoints.restore_checkpoint(tmp_path / "checkpoint_2", None, step=2)
 
 
-def test_restore_corrupt_file_names_it(tmp_path, legacy):
-    checkpoints.save_checkpoint(tmp_path, {"a": np.ones(3)}, 1)
-    checkpoints.save_checkpoint(tmp_path, {"a": np.ones(3)}, 2, keep=2)
-    data = (tmp_path / "checkpoint_2").read_bytes()
-    (tmp_path / "checkpoint_2").write_bytes(data[: len(data) // 2])
-    with pytest.raises(ValueError, match=r'checkpoint_2" is corrupt.*available steps.*1, 2'):
-        checkpoints.restore_checkpoint(tmp_path, None)
-    assert checkpoints.restore_checkpoint(tmp_path, None, step=1)["a"].tolist() == [1, 1, 1]
+def _corrupt_checkpoint(path, how):
+    if os.path.isfile(path):
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+        return
+    if how == "metadata":  # Orbax's tree description
+        target = path / "_METADATA"
+        target.write_bytes(bytes(b ^ 0x5A for b in target.read_bytes()))
+    else:  # the largest data file of the tensorstore
+        files = [os.path.join(r, f) for r, _, fs in os.walk(path) for f in fs
+                 if os.sep + "d" + os.sep in os.path.join(r, f)
+                 and "ocdbt.process" not in r]
+        biggest = max(files, key=os.path.getsize)
+        with open(biggest, "r+b") as f:
+            f.truncate(os.path.getsize(biggest) // 2)
 
 
-def test_restore_into_other_structure_names_path_and_file(tmp_path, legacy):
+@pytest.mark.parametrize("how", ["metadata", "data"])
+def test_restore_corrupt_checkpoint_names_it(tmp_path, fmt, how):
+    if fmt == "legacy" and how == "metadata":
+        pytest.skip("a legacy checkpoint is one file")
+    checkpoints.save_checkpoint(tmp_path, {"a": np.ones(300)}, 1)
+    checkpoints.save_checkpoint(tmp_path, {"a": np.ones(300)}, 2, keep=2)
+    _corrupt_checkpoint(tmp_path / "checkpoint_2", how)
+    for target in (None, {"a": np.zeros(300)}):
+        with pytest.raises(ValueError, match=r'checkpoint_2" .*corrupt.*available steps.*1, 2'):
+            checkpoints.restore_checkpoint(tmp_path, target)
+    assert checkpoints.restore_checkpoint(tmp_path, None, step=1)["a"].tolist() == [1] * 300
+
+
+def test_restore_into_other_structure_names_path_and_file(tmp_path, fmt):
     checkpoints.save_checkpoint(tmp_path, {"params": {"Dense_0": {"kernel": np.ones(2)}}}, 1)
-    with pytest.raises(ValueError, match=r"checkpoint_1.*Dense_1"):
-        checkpoints.restore_checkpoint(tmp_path, {"params": {"Dense_1": {"kernel": np.ones(2)}}})
+    with pytest.raises(ValueError, match=r'checkpoint_1" does not match.*Dense_1.*Dense_0'):
+        checkpoints.restore_checkpoint(tmp_path, {"params": {"Dense_1": {"kernel": np.zeros(2)}}})
+    with pytest.raises(ValueError, match=r"checkpoint_1.*(Dense_0.*bias|bias.*Dense_0)"):
+        checkpoints.restore_checkpoint(
+            tmp_path, {"params": {"Dense_0": {"kernel": np.zeros(2), "bias": np.zeros(2)}}})
+
+
+def test_restore_into_other_shapes_names_path_and_shapes(tmp_path, fmt):
+    checkpoints.save_checkpoint(tmp_path, {"params": {"Dense_0": {"kernel": np.ones(2)}}}, 1)
+    with pytest.raises(ValueError, match=r"checkpoint_1.*/params/Dense_0/kernel.*\(2,\).*\(3,\)"):
+        checkpoints.restore_checkpoint(tmp_path, {"params": {"Dense_0": {"kernel": np.zeros(3)}}})
+
+
+def test_restore_train_state_into_changed_model(tmp_path, fmt):
+    tx = optax.adam(1e-2)
+    state = TrainState.create(apply_fn=None, params={"w": jnp.ones((2, 3))}, tx=tx)
+    checkpoints.save_checkpoint(tmp_path, state, 1)
+    same = TrainState.create(apply_fn=None, params={"w": jnp.zeros((2, 3))}, tx=tx)
+    assert checkpoints.restore_checkpoint(tmp_path, same).params["w"].tolist() == [[1] * 3] * 2
+    wider = TrainState.create(apply_fn=None, params={"w": jnp.zeros((2, 4))}, tx=tx)
+    with pytest.raises(ValueError, match=r"checkpoint_1.*/params/w.*\(2, 3\).*\(2, 4\)"):
+        checkpoints.restore_checkpoint(tmp_path, wider)
 
 
 def test_restore_directory_that_is_not_orbax(tmp_path, legacy):
@@ -186,13 +241,26 @@ def test_restore_directory_that_is_not_orbax(tmp_path, legacy):
         checkpoints.restore_checkpoint(tmp_path, None)
 
 
-def test_checkpoint_dir_that_is_a_file(tmp_path, legacy):
+def test_checkpoint_dir_that_is_a_file(tmp_path, fmt):
     f = tmp_path / "afile"
     f.write_text("x")
     with pytest.raises(NotADirectoryError, match="afile.*existing file"):
-        checkpoints.save_checkpoint(f, {"a": 1}, 1)
+        checkpoints.save_checkpoint(f, {"a": np.ones(1)}, 1)
     with pytest.raises(NotADirectoryError, match="afile/sub.*part of the path is a file"):
-        checkpoints.save_checkpoint(f / "sub", {"a": 1}, 1)
+        checkpoints.save_checkpoint(f / "sub", {"a": np.ones(1)}, 1)
+    assert f.read_text() == "x"
+
+
+def test_non_writable_dir_is_refused_before_writing(tmp_path, fmt, monkeypatch):
+    checkpoints.save_checkpoint(tmp_path, {"a": np.ones(1)}, 1)
+    real_access = os.access
+    monkeypatch.setattr(checkpoints.os, "access",
+                        lambda p, mode, **k: False if str(p) == str(tmp_path)
+                        else real_access(p, mode, **k))
+    with pytest.raises(PermissionError, match=f"{tmp_path}.*not writable"):
+        checkpoints.save_checkpoint(tmp_path, {"a": np.zeros(1)}, 2)
+    monkeypatch.undo()
+    assert checkpoints.available_steps(tmp_path) == [1]
 
 
 def test_non_writable_dir(tmp_path, legacy, monkeypatch):
@@ -212,15 +280,109 @@ def test_non_writable_dir(tmp_path, legacy, monkeypatch):
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
-def test_non_writable_dir_for_real(tmp_path, legacy):
+def test_non_writable_dir_for_real(tmp_path, fmt):
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o500)
     try:
         with pytest.raises(PermissionError, match="not writable"):
-            checkpoints.save_checkpoint(ro, {"a": 1}, 1)
+            checkpoints.save_checkpoint(ro, {"a": np.ones(1)}, 1)
     finally:
         ro.chmod(0o700)
+
+
+def _steps(d):
+    return checkpoints.available_steps(d)
+
+
+def _value(d, step=None):
+    return checkpoints.restore_checkpoint(d, None, step=step)["s"].tolist()
+
+
+def test_keep_one_overwrite_at_older_step_keeps_the_new_one(tmp_path, fmt):
+    for s in (5, 7):
+        checkpoints.save_checkpoint(tmp_path, {"s": np.array([s])}, s, keep=1)
+    assert _steps(tmp_path) == [7]
+    checkpoints.save_checkpoint(tmp_path, {"s": np.array([3])}, 3, keep=1, overwrite=True)
+    assert _steps(tmp_path) == [3] and _value(tmp_path) == [3]
+    # Overwriting the only checkpoint at its own step replaces it in place.
+    checkpoints.save_checkpoint(tmp_path, {"s": np.array([33])}, 3, keep=1, overwrite=True)
+    assert _steps(tmp_path) == [3] and _value(tmp_path) == [33]
+    assert names(tmp_path) == ["checkpoint_3"]
+
+
+def test_keep_one_with_stray_non_numeric_files(tmp_path, fmt):
+    (tmp_path / "checkpoint_notes.txt").write_text("mine")
+    (tmp_path / "checkpoint_").write_text("")
+    (tmp_path / "checkpoint_best").mkdir()
+    for s in (1, 2):
+        checkpoints.save_checkpoint(tmp_path, {"s": np.array([s])}, s, keep=1)
+    assert checkpoints.latest_checkpoint(tmp_path) == str(tmp_path / "checkpoint_2")
+    assert _steps(tmp_path) == [2] and _value(tmp_path) == [2]
+    checkpoints.save_checkpoint(tmp_path, {"s": np.array([1])}, 1, keep=1, overwrite=True)
+    assert _steps(tmp_path) == [1] and _value(tmp_path) == [1]
+    # Stray files are neither checkpoints nor deleted.
+    assert (tmp_path / "checkpoint_notes.txt").read_text() == "mine"
+    assert (tmp_path / "checkpoint_best").is_dir() and (tmp_path / "checkpoint_").exists()
+
+
+def test_keep_every_n_steps_interplay(tmp_path, fmt):
+    for s in range(0, 13):
+        checkpoints.save_checkpoint(tmp_path, {"s": np.array([s])}, s, keep=1,
+                                    keep_every_n_steps=5)
+    # Flax's rule: among the old ones, keep the first non-zero step and then one every 5 steps
+    # after the last kept (step 0 is never kept by it); the latest is always kept.
+    assert _steps(tmp_path) == [1, 6, 11, 12]
+    checkpoints.save_checkpoint(tmp_path, {"s": np.array([13])}, 13, keep=2,
+                                keep_every_n_steps=5)
+    assert _steps(tmp_path) == [1, 6, 11, 12, 13]
+    # Overwriting an older step drops everything newer, the every-n ones included, but never
+    # the checkpoint just written.
+    checkpoints.save_checkpoint(tmp_path, {"s": np.array([7])}, 7, keep=1, overwrite=True,
+                                keep_every_n_steps=5)
+    assert _steps(tmp_path) == [1, 6, 7] and _value(tmp_path) == [7]
+    checkpoints.save_checkpoint(tmp_path, {"s": np.array([4])}, 4, keep=1, overwrite=True)
+    assert _steps(tmp_path) == [4] and _value(tmp_path) == [4]
+    assert _value(tmp_path, step=4) == [4]
+
+
+def test_orbax_transforms_add_param_with_default_and_rename(tmp_path):
+    ocp = _need_orbax()
+    tx = optax.sgd(0.1)
+    params = {"Dense_0": {"kernel": jnp.arange(6.0).reshape(2, 3), "bias": jnp.ones(3)}}
+    old = TrainState.create(apply_fn=None, params=params, tx=tx)
+    with config.temp_flip_flag("use_orbax_checkpointing", True):
+        checkpoints.save_checkpoint(tmp_path, {"model": old, "config": {"lr": 0.1}}, 4)
+
+    class CustomTrainState(TrainState):
+        batch_stats: dict
+
+    custom = {"model": CustomTrainState.create(
+        apply_fn=None, params=jax.tree.map(jnp.zeros_like, params), tx=tx,
+        batch_stats={"mean": jnp.arange(3.0)}), "config": {"lr": 0.0}}
+    # The new field is not in the checkpoint: an error by default...
+    with pytest.raises(ValueError, match=r"checkpoint_4.*/model/batch_stats/mean"):
+        checkpoints.restore_checkpoint(tmp_path, custom, step=4)
+    # ...and filled from the target with `orbax_transforms={}`, as the migration guide shows.
+    restored = checkpoints.restore_checkpoint(tmp_path, custom, step=4, orbax_transforms={})
+    assert type(restored["model"]) is CustomTrainState
+    np.testing.assert_array_equal(restored["model"].params["Dense_0"]["kernel"],
+                                  params["Dense_0"]["kernel"])
+    np.testing.assert_array_equal(restored["model"].batch_stats["mean"], [0, 1, 2])
+    assert restored["config"]["lr"] == 0.1
+
+    # Renaming a layer: the target's Dense_1 takes the checkpoint's Dense_0.
+    renamed = {"model": old.replace(params={"Dense_1": jax.tree.map(jnp.zeros_like,
+                                                                    params["Dense_0"])}),
+               "config": {"lr": 0.0}}
+    with pytest.raises(ValueError, match=r"checkpoint_4.*Dense_1.*Dense_0"):
+        checkpoints.restore_checkpoint(tmp_path, renamed)
+    transforms = {r"(.*)Dense_1(.*)": ocp.Transform(original_key=r"\1Dense_0\2")}
+    restored = checkpoints.restore_checkpoint(tmp_path, renamed, orbax_transforms=transforms)
+    np.testing.assert_array_equal(restored["model"].params["Dense_1"]["kernel"],
+                                  params["Dense_0"]["kernel"])
+    np.testing.assert_array_equal(restored["model"].params["Dense_1"]["bias"], [1, 1, 1])
+    assert "Dense_0" not in restored["model"].params
 
 
 def test_async_manager_saves_in_background_and_reports_errors(tmp_path, legacy):
@@ -257,32 +419,66 @@ def test_convert_pre_linen():
 
 
 _WRITER = textwrap.dedent("""
-    import sys, numpy as np
+    import os, shutil, sys, time, numpy as np
     from flaxen import config
-    from flaxen.training import checkpoints
-    config.update('flax_use_orbax_checkpointing', False)
-    d = sys.argv[1]
+    from flaxen.training import _ckpt_io, checkpoints
+    d, point = sys.argv[1], sys.argv[2]
+    config.update('flax_use_orbax_checkpointing', point.startswith('orbax'))
+
+    def stop_here():
+        print('reached', flush=True)  # the parent kills us with SIGKILL now
+        time.sleep(60)
+        os._exit(3)
+
     checkpoints.save_checkpoint(d, {'x': np.zeros(4)}, 1)
-    print('first', flush=True)
-    big = {f'p{i}': np.ones(8 << 20) for i in range(8)}  # 512 MiB: takes a while to write
-    checkpoints.save_checkpoint(d, big, 2)
-    print('second', flush=True)
+    new, step, kwargs = {'x': np.ones(4), 'big': np.ones(1 << 20)}, 2, {}
+    if point == 'legacy_write':  # killed while the new file is half written
+        real_write_all = _ckpt_io._write_all
+        def write_all(fd, view):
+            real_write_all(fd, view[: len(view) // 2])
+            stop_here()
+        _ckpt_io._write_all = write_all
+    elif point == 'async_write':  # the same, in an AsyncManager's background thread
+        real_write_all = _ckpt_io._write_all
+        def write_all(fd, view):
+            real_write_all(fd, view[: len(view) // 2])
+            stop_here()
+        _ckpt_io._write_all = write_all
+        kwargs = {'async_manager': checkpoints.AsyncManager()}
+    elif point in ('orbax_write', 'orbax_overwrite'):
+        # Orbax has written its temporary folder and is about to rename it into place.
+        if point == 'orbax_overwrite':
+            step, kwargs = 1, {'overwrite': True}
+        real_rename = os.rename
+        def rename(src, dst, *a, **k):
+            if '.orbax-checkpoint-tmp' in os.fspath(src):
+                stop_here()
+            return real_rename(src, dst, *a, **k)
+        os.rename = rename
+    elif point == 'orbax_cleanup':
+        # The new checkpoint is committed; `keep` is deleting the old one, file by file.
+        def rmtree(path, *a, **k):
+            for root, _, files in os.walk(path):
+                for f in files:
+                    os.remove(os.path.join(root, f))
+                    stop_here()
+        shutil.rmtree = rmtree
+    checkpoints.save_checkpoint(d, new, step, **kwargs)
+    if 'async_manager' in kwargs:
+        kwargs['async_manager'].wait_previous_save()
+    print('finished', flush=True)
 """)
 
 
-def test_killed_writer_leaves_previous_checkpoint(tmp_path):
+def _run_writer_until(tmp_path, point):
     proc = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(tmp_path)],
+        [sys.executable, "-c", _WRITER, str(tmp_path), point],
         stdout=subprocess.PIPE, text=True, cwd=REPO,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )
     try:
-        assert proc.stdout.readline().strip() == "first"
-        tmp_file = tmp_path / "checkpoint_tmp"
-        deadline = time.monotonic() + 60
-        while not (tmp_file.exists() and tmp_file.stat().st_size > 0):
-            assert time.monotonic() < deadline and proc.poll() is None, "writer never started"
-            time.sleep(0.002)
+        line = proc.stdout.readline().strip()
+        assert line == "reached", f"writer ended without reaching {point!r}: {line!r}"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
@@ -290,12 +486,45 @@ def test_killed_writer_leaves_previous_checkpoint(tmp_path):
             proc.kill()
             proc.wait()
     assert proc.returncode == -signal.SIGKILL
+
+
+def _assert_every_listed_checkpoint_restores(d):
+    for step in checkpoints.available_steps(d):
+        checkpoints.restore_checkpoint(d, None, step=step)
+
+
+@pytest.mark.parametrize("point", ["legacy_write", "async_write", "orbax_write",
+                                   "orbax_overwrite"])
+def test_killed_writer_leaves_previous_checkpoint(tmp_path, point):
+    if point.startswith("orbax"):
+        _need_orbax()
+    _run_writer_until(tmp_path, point)
     assert not (tmp_path / "checkpoint_2").exists()
     assert checkpoints.latest_checkpoint(tmp_path) == str(tmp_path / "checkpoint_1")
-    assert checkpoints.restore_checkpoint(tmp_path, None)["x"].tolist() == [0, 0, 0, 0]
-    with config.temp_flip_flag("use_orbax_checkpointing", False):
+    assert checkpoints.available_steps(tmp_path) == [1]
+    restored = checkpoints.restore_checkpoint(tmp_path, {"x": np.full(4, 7.0)})
+    assert restored["x"].tolist() == [0, 0, 0, 0]
+    # The next save works and leaves only finished checkpoints behind.
+    with config.temp_flip_flag("use_orbax_checkpointing", point.startswith("orbax")):
         checkpoints.save_checkpoint(tmp_path, {"x": np.ones(1)}, 2)
-    assert names(tmp_path) == ["checkpoint_2"]
+    assert checkpoints.available_steps(tmp_path) == [2]
+    assert checkpoints.restore_checkpoint(tmp_path, None)["x"].tolist() == [1]
+
+
+def test_killed_during_keep_cleanup_leaves_no_half_deleted_checkpoint(tmp_path):
+    _need_orbax()
+    _run_writer_until(tmp_path, "orbax_cleanup")
+    # The new checkpoint was committed before the clean-up began: it is the latest; the old
+    # one, renamed before its deletion started, is no longer listed as a checkpoint.
+    assert checkpoints.latest_checkpoint(tmp_path) == str(tmp_path / "checkpoint_2")
+    assert checkpoints.available_steps(tmp_path) == [2]
+    _assert_every_listed_checkpoint_restores(tmp_path)
+    assert checkpoints.restore_checkpoint(tmp_path, None)["x"].tolist() == [1, 1, 1, 1]
+    leftovers = [n for n in os.listdir(tmp_path) if n != "checkpoint_2"]
+    assert leftovers and all(".orbax-checkpoint-tmp" in n for n in leftovers)
+    with config.temp_flip_flag("use_orbax_checkpointing", True):
+        checkpoints.save_checkpoint(tmp_path, {"x": np.ones(1)}, 3)
+    assert names(tmp_path) == ["checkpoint_3"]  # the next clean-up sweeps the leftover
 
 
 def test_write_failure_midway_keeps_previous(tmp_path, legacy, monkeypatch):
