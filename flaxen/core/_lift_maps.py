@@ -13,10 +13,17 @@ import jax
 import jax.numpy as jnp
 
 from flaxen.core import axes_scan, meta
-from flaxen.core._filters import CollectionFilter, PRNGSequenceFilter, subtract_filters
+from flaxen.core._filters import (
+    CollectionFilter,
+    PRNGSequenceFilter,
+    intersect_filters,
+    is_filter_empty,
+    subtract_filters,
+)
 from flaxen.core._pack import _split_in_out_axes, _unzip, pack, tree_map_rngs
 from flaxen.core._rng import LazyRng
 from flaxen.core.axes_scan import broadcast
+from flaxen.core.scope import Scope
 
 _map_rngs = tree_map_rngs
 
@@ -185,23 +192,31 @@ def scan(
         def first_slice(tree):
             return jax.tree_util.tree_map(lambda x: x[0], tree)
 
-        # Pass 1 (as in Flax, the body is traced once before the loop): creates the
-        # broadcast variables during init; the values of scanned/carried ones are dropped.
-        split_slices = tuple(None if g is None else first_slice(g) for g in split_groups)
-
-        def pass1(svars, carry, xs_slice):
-            _, _, out = run_body(broadcast_vars, carry_vars, svars, split_slices, carry,
-                                 xs_slice, True)
-            return out[0]
-
-        pass1_args = ([first_slice(g) for g in scan_vars], init_carry,
-                      [first_slice(x) for x in scanned_x])
-        new_broadcast = _eval_independent(pass1, pass1_args)
-        broadcast_vars = tuple({**b, **_merge_cols(b, nb)}
-                               for b, nb in zip(broadcast_vars, new_broadcast))
+        probe = scope_fn(variable_groups, rng_groups)
         # Only the mutable carry collections travel through the loop; the rest are
         # constants (the repacked structure tells which is which).
-        mutable_carry = repack_fn(scope_fn(variable_groups, rng_groups))[1]
+        mutable_carry = repack_fn(probe)[1]
+        if _pass1_observable(probe, variable_broadcast, rng_groups):
+            # Pass 1 (as in Flax, the body is traced once before the loop): creates the
+            # broadcast variables during init and draws keys from the shared counters;
+            # the values of scanned/carried variables are dropped. Split keys are inputs
+            # of the pass: a broadcast variable must not depend on them.
+            def pass1(svars, carry, xs_slice, split_slices):
+                _, _, out = run_body(broadcast_vars, carry_vars, svars, split_slices, carry,
+                                     xs_slice, True)
+                return out[0]
+
+            pass1_args = ([first_slice(g) for g in scan_vars], init_carry,
+                          [first_slice(x) for x in scanned_x],
+                          tuple(None if g is None else first_slice(g) for g in split_groups))
+            new_broadcast = _eval_independent(pass1, pass1_args)
+            broadcast_vars = tuple({**b, **_merge_cols(b, nb)}
+                                   for b, nb in zip(broadcast_vars, new_broadcast))
+        else:
+            # Nothing the first pass does could be seen: no broadcast collection is
+            # mutable and no RNG stream enters. Skip its trace (the loop body's trace
+            # raises the same errors).
+            new_broadcast = tuple({} for _ in broadcast_vars)
 
         def body(state, xs):
             carry, cvars = state
@@ -225,6 +240,18 @@ def scan(
     return pack(inner, (variable_broadcast, variable_carry) + variable_in_groups,
                 (variable_broadcast, variable_carry) + variable_out_groups,
                 rng_groups_f, name="scan")
+
+
+def _pass1_observable(probe: Any, variable_broadcast: CollectionFilter,
+                      rng_groups: tuple) -> bool:
+    """Whether scan's first pass could change anything: create broadcast variables or
+    advance the RNG counters shared with the outer scopes (``probe``: the inner scopes)."""
+    if any(streams for group in rng_groups for streams in group):
+        return True
+    for s in jax.tree_util.tree_leaves(probe, is_leaf=lambda x: isinstance(x, Scope)):
+        if not is_filter_empty(intersect_filters(s.mutable, variable_broadcast)):
+            return True
+    return False
 
 
 def _merge_cols(old: dict, new: dict) -> dict:
@@ -258,29 +285,40 @@ def _move_out(ys: Any, out_axes: Any) -> Any:
 def _eval_independent(fn: Callable[..., Any], args: tuple) -> Any:
     """Traces ``fn(*args)`` and computes the outputs that do not depend on ``args``.
 
-    Used for scan's first pass: broadcast variables must not depend on the scanned data.
-    The trace also consumes RNG counters exactly as Flax's first pass does.
+    Used for scan's first pass: broadcast variables must not depend on the scanned data,
+    the carry or a split RNG. The trace also consumes RNG counters exactly as Flax's first
+    pass does. Only the equations the outputs need are evaluated (none of them reads
+    ``args``), so nothing of the rest of the body reaches the enclosing trace.
     """
     from jax.extend import core as jex_core
 
     closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
-    out_leaves = jax.tree_util.tree_leaves(out_shape)
-    if not out_leaves:
-        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), [])
+    out_tree = jax.tree_util.tree_structure(out_shape)
     jaxpr = closed.jaxpr
+    if not jaxpr.outvars:
+        return jax.tree_util.tree_unflatten(out_tree, [])
+    is_var = jex_core.Var
     dependent = set(jaxpr.invars)
     for eqn in jaxpr.eqns:
-        if any(isinstance(v, jex_core.Var) and v in dependent for v in eqn.invars):
+        if any(isinstance(v, is_var) and v in dependent for v in eqn.invars):
             dependent.update(eqn.outvars)
     paths = [p for p, _ in jax.tree_util.tree_flatten_with_path(out_shape)[0]]
     for path, var in zip(paths, jaxpr.outvars):
-        if isinstance(var, jex_core.Var) and var in dependent:
+        if isinstance(var, is_var) and var in dependent:
             raise ValueError(
                 f"A variable_broadcast variable at {jax.tree_util.keystr(path)} depends on the "
-                "scanned inputs or the carry. Broadcast variables are shared by all iterations "
-                "and must only depend on RNGs and other broadcast variables."
+                "scanned inputs, the carry or an RNG split per iteration. Broadcast variables "
+                "are shared by all iterations and must only depend on broadcast RNGs and "
+                "other broadcast variables."
             )
-    in_flat = jax.tree_util.tree_leaves(args)
-    dummies = [jnp.zeros(jnp.shape(x), jnp.result_type(x)) for x in in_flat]
-    out_flat = jex_core.jaxpr_as_fun(closed)(*dummies)
-    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), out_flat)
+    needed = {v for v in jaxpr.outvars if isinstance(v, is_var)}
+    kept = []
+    for eqn in reversed(jaxpr.eqns):
+        if any(v in needed for v in eqn.outvars):
+            kept.append(eqn)
+            needed.update(v for v in eqn.invars if isinstance(v, is_var))
+    kept.reverse()
+    effects = frozenset().union(*(eqn.effects for eqn in kept))
+    sliced = jaxpr.replace(invars=[], eqns=kept, effects=effects)
+    out_flat = jex_core.jaxpr_as_fun(jex_core.ClosedJaxpr(sliced, closed.consts))()
+    return jax.tree_util.tree_unflatten(out_tree, out_flat)

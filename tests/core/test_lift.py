@@ -168,3 +168,61 @@ def test_named_call_and_fold_rngs():
     k1, _ = init(lift.fold_rngs(lambda s: s.make_rng("params")))(K)
     k2, _ = init(lambda s: s.make_rng("params"))(K)
     assert not np.array_equal(k1, k2)
+
+
+def test_scan_first_pass_only_when_observable():
+    """The pre-loop trace runs only when it can create broadcast variables or draw keys."""
+    traces = []
+
+    def body(scope, c, _):
+        traces.append(1)
+        return c @ scope.param("kernel", jax.nn.initializers.lecun_normal(), (3, 3)), None
+
+    def model(scope, x):
+        return lift.scan(body, variable_axes={"params": 0},
+                         split_rngs={"params": True, "dropout": False},
+                         length=4)(scope, x, None)[0]
+
+    y, v = init(model)(K, X)
+    assert len(traces) == 2  # keys drawn: the first pass runs, as in Flax
+    traces.clear()
+    np.testing.assert_array_equal(apply(model)(v, X), y)
+    assert len(traces) == 1  # no RNGs, nothing mutable: only the loop body is traced
+    traces.clear()
+    np.testing.assert_array_equal(apply(model)(v, X, rngs={"dropout": K}), y)
+    assert len(traces) == 2  # an RNG stream enters: the first pass advances its counter
+
+    def bcast_body(scope, c, _):
+        traces.append(1)
+        b = scope.variable("consts", "b", lambda: jnp.full((3,), 2.0))
+        return c + b.value, None
+
+    def bcast(scope, x):
+        return lift.scan(bcast_body, variable_broadcast="consts", length=2)(scope, x, None)[0]
+
+    traces.clear()
+    y, v = init(bcast)({}, X)
+    assert len(traces) == 2 and v["consts"]["b"].shape == (3,)
+    np.testing.assert_array_equal(y, X + 4.0)
+    traces.clear()
+    np.testing.assert_array_equal(apply(bcast)(v, X), X + 4.0)
+    assert len(traces) == 1
+
+
+def test_scan_broadcast_variable_from_split_rng_is_rejected():
+    """As in Flax: a key split per iteration cannot initialise a shared variable."""
+
+    def body(scope, c, _):
+        e = scope.variable("consts", "e", lambda: jax.random.normal(scope.make_rng("params"),
+                                                                    (3,)))
+        return c + e.value, None
+
+    def model(split):
+        return lambda scope, x: lift.scan(body, variable_broadcast="consts",
+                                          split_rngs={"params": split}, length=2)(
+            scope, x, None)[0]
+
+    with pytest.raises(ValueError, match="RNG split per iteration"):
+        init(model(True))(K, X)
+    y, v = init(model(False))(K, X)
+    np.testing.assert_allclose(y, X + 2 * v["consts"]["e"], rtol=1e-6)
