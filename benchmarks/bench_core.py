@@ -2,7 +2,8 @@
 
 The model has ``outer`` blocks, each with ``inner`` child scopes holding ``per`` params
 (10,000 params in 1,000 scopes at full size). The pure-JAX limit calls the same
-initialisers with the same fold_in-derived keys, precomputed hashes included.
+initialisers with the same fold_in-derived keys, precomputed hashes included, and
+computes the same output (the sum of all params), so both trace the same operations.
 """
 
 from __future__ import annotations
@@ -43,13 +44,15 @@ def _pure_jax(outer: int, inner: int, per: int):
 
     def fn(key, x):
         params = {}
+        total = x
         for i in range(outer):
             block = params[f"block_{i}"] = {}
             for j in range(inner):
                 layer = block[f"layer_{j}"] = {}
                 for k in range(per):
-                    layer[f"p{k}"] = _INIT(jax.random.fold_in(key, hashes[i][j][k]), (2,))
-        return x, {"params": params}
+                    p = layer[f"p{k}"] = _INIT(jax.random.fold_in(key, hashes[i][j][k]), (2,))
+                    total = total + p.sum()
+        return total, {"params": params}
     return fn
 
 

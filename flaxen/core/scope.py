@@ -24,7 +24,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -95,8 +94,10 @@ class _DuplicateNameError(errors.NameInUseError, ValueError):
 # The abstract-shape cache behind the param shape check.
 
 
-_SHAPE_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_SHAPE_CACHE: dict = {}
+_SHAPE_CACHE_MAX = 4096
 _ABSTRACT_KEY: list = []
+_FunctionType = type(lambda: None)
 
 
 def _abstract_key() -> jax.ShapeDtypeStruct:
@@ -115,30 +116,64 @@ def _compute_init_shapes(init_fn: Callable, args: tuple, kwargs: dict) -> list[t
     return _leaf_shapes(abstract)
 
 
+def static_key(x: Any, _depth: int = 0) -> Any:
+    """A hashable value standing for what a pure function can compute from ``x``.
+
+    Plain values stand for themselves (``TypeError`` when unhashable). A Python function
+    stands for its code, defaults and the static keys of its closure cells, so a closure
+    re-created on every call (``def init(rng, shape): ...`` inside a layer) has the same key
+    each time; a ``functools.partial`` for its function and arguments. Objects may define
+    ``_flaxen_static_key()`` (Linen Modules do: their class and field values). Nesting
+    deeper than a few levels falls back to the object itself.
+
+    >>> def scaled(c):
+    ...     return lambda rng, shape: c * jax.numpy.ones(shape)
+    >>> static_key(scaled(2.0)) == static_key(scaled(2.0)) != static_key(scaled(3.0))
+    True
+    """
+    cls = type(x)
+    if _depth < 6:
+        d = _depth + 1
+        if cls is _FunctionType:
+            cells, defaults, kwdefaults = x.__closure__, x.__defaults__, x.__kwdefaults__
+            return (x.__code__,
+                    defaults and tuple(static_key(v, d) for v in defaults),
+                    kwdefaults and tuple((k, static_key(v, d)) for k, v in kwdefaults.items()),
+                    cells and tuple(static_key(c.cell_contents, d) for c in cells))
+        if cls is tuple:
+            return tuple(static_key(v, d) for v in x)
+        if cls is functools.partial:
+            return (functools.partial, static_key(x.func, d),
+                    tuple(static_key(a, d) for a in x.args),
+                    tuple((k, static_key(v, d)) for k, v in x.keywords.items()))
+        own = getattr(cls, "_flaxen_static_key", None)
+        if own is not None:
+            return own(x, d)
+    hash(x)
+    return x
+
+
 def _init_shapes(init_fn: Callable, args: tuple, kwargs: dict) -> list[tuple]:
     """Leaf shapes ``init_fn(rng, *args, **kwargs)`` would produce, cached per call signature.
 
     Initializers are pure in their shape arguments, so the abstract evaluation is done
     once per (initializer, arguments) instead of on every ``param`` read (DESIGN.md,
-    "Speed"). Unhashable arguments (arrays, tracers) or initializers that cannot be
-    weakly referenced skip the cache.
+    "Speed"). The initializer is keyed by :func:`static_key`, so closures re-created on
+    every call hit the cache too. Unhashable arguments or closure contents (arrays,
+    tracers) skip the cache.
     """
     try:
-        per_fn = _SHAPE_CACHE.get(init_fn)
-        key = (args, tuple(kwargs.items())) if kwargs else args
-        if per_fn is not None:
-            hit = per_fn.get(key)
-            if hit is not None:
-                return hit
-        else:
-            per_fn = {}
-            _SHAPE_CACHE[init_fn] = per_fn
-        hash(key)
-    except TypeError:
+        key = (static_key(init_fn), static_key(args),
+               tuple((k, static_key(v)) for k, v in kwargs.items()) if kwargs else None)
+        hit = _SHAPE_CACHE.get(key)
+    except (TypeError, ValueError):  # unhashable, or an empty closure cell
         return _compute_init_shapes(init_fn, args, kwargs)
+    if hit is not None:
+        return hit
     shapes = _compute_init_shapes(init_fn, args, kwargs)
-    if len(per_fn) < 256:
-        per_fn[key] = shapes
+    if len(_SHAPE_CACHE) >= _SHAPE_CACHE_MAX:
+        _SHAPE_CACHE.clear()
+    _SHAPE_CACHE[key] = shapes
     return shapes
 
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import jax.numpy as jnp
 
 from flaxen import errors
-from flaxen.core.scope import Scope, Variable
+from flaxen.core.scope import Scope, Variable, static_key
 from flaxen.linen import _binding, _dataclass
 from flaxen.linen._naming import bind_new_module, register_submodules, try_setup
 from flaxen.linen._state import SETUP_DONE, ModuleBase, _Sentinel, _unspecified_parent
@@ -80,6 +80,12 @@ class Module(ModuleBase):
 
     def __post_init__(self) -> None:
         bind_new_module(self)
+
+    def _flaxen_static_key(self, depth: int = 0) -> tuple:
+        """The class and field values (not parent/name): what an initializer closing over
+        this Module can depend on. Keys the param shape-check cache (``core.scope``)."""
+        d = self.__dict__
+        return (type(self), tuple(static_key(d.get(f), depth) for f in type(self)._flaxen_fields))
 
     # -- attributes -----------------------------------------------------------------
 
