@@ -4,12 +4,14 @@ Nothing here depends on ``Module``; ``flaxen.linen.attention`` re-exports these 
 Flax's names and the NNX layers reuse them. A module-like object passed as ``module``
 only needs a ``sow`` method.
 
-Long sequences take a memory-lean path: when nobody asks for the attention weights
-(no ``module`` to sow them into, no dropout, no custom einsum), attention is
-computed a block of queries at a time (a ``bias`` is cut into blocks along with the
-queries), and differentiation recomputes each block's
-weights instead of keeping the whole ``[heads, q_len, kv_len]`` matrix alive for the
-gradient. Its results equal the plain computation to float rounding.
+When nobody asks for the attention weights (no ``module`` to sow them into, no
+dropout, no custom einsum) ``dot_product_attention`` does not go through
+``dot_product_attention_weights``: short float32 inputs go to JAX's fused
+``jax.nn.dot_product_attention`` and long sequences take a memory-lean blockwise path
+that computes a block of queries at a time (a ``bias`` is cut into blocks along with the
+queries) and, when differentiated, recomputes each block's weights instead of keeping the
+whole ``[heads, q_len, kv_len]`` matrix alive for the gradient. Both equal the plain
+computation to float rounding; see ``dot_product_attention`` for the exact rule.
 
 >>> import jax.numpy as jnp
 >>> q = jnp.ones((2, 3, 4, 8))   # [batch, q_length, num_heads, depth]
@@ -45,7 +47,7 @@ __all__ = [
 ]
 
 # Query block of the memory-lean path; below _BLOCKWISE_MIN_ELEMENTS (q_len * kv_len) the
-# whole weight matrix is small and the plain path is as good.
+# whole weight matrix is small and the fused (or plain) path is as good.
 _Q_BLOCK = 256
 _BLOCKWISE_MIN_ELEMENTS = 512 * 512
 _SAVE_STATS = jax.checkpoint_policies.save_only_these_names("stats")
@@ -299,9 +301,29 @@ def dot_product_attention(
     of :func:`dot_product_attention_weights`; ``qk_attn_weights_einsum`` and
     ``attn_weights_value_einsum`` replace the two einsums.
 
-    For long sequences with no weights requested (no ``module``, no dropout, no custom
-    einsum) the weights are computed one block of queries at a time and never
-    held whole, which cuts the memory of a forward+backward pass several-fold.
+    Which computation runs (all agree to float rounding; the weights are only ever
+    observable through ``module``):
+
+    1. The plain path (the weights from :func:`dot_product_attention_weights`, then an
+       einsum with ``value``) whenever the weights are needed or customised: a
+       ``module`` to sow them into, dropout (``deterministic=False`` and
+       ``dropout_rate > 0``), ``einsum_dot_general`` or either custom einsum, or complex
+       inputs.
+    2. Otherwise, when ``q_length * kv_length >= 512 ** 2``, the memory-lean blockwise
+       path: one block of queries at a time, each block's weights recomputed when
+       differentiated, so a forward+backward pass never holds the whole
+       ``[heads, q_length, kv_length]`` matrix. JAX's fused function is not used here
+       because its default implementation (``implementation=None``, which is XLA on every
+       backend as of JAX 0.10) materialises the full logits and probabilities and keeps
+       them for the gradient; its flash-style cuDNN kernel accepts only float16/bfloat16,
+       which rule 3 excludes.
+    3. Otherwise, JAX's fused ``jax.nn.dot_product_attention`` when it computes exactly
+       what Flax does: float32 inputs (after ``dtype`` promotion; JAX always runs the
+       softmax in float32, Flax in the input dtype), ``precision=None`` (JAX's function
+       takes no precision) and ``value`` with the key's depth. Extra batch axes are
+       flattened into one and ``mask``/``bias`` reshaped to the 4-D
+       ``[batch or 1, heads or 1, q_length or 1, kv_length or 1]`` layout it needs.
+    4. Otherwise the plain path.
 
     >>> import jax, jax.numpy as jnp
     >>> q = k = v = jax.random.normal(jax.random.PRNGKey(0), (2, 6, 4, 8))
@@ -326,10 +348,13 @@ def dot_product_attention(
         or attn_weights_value_einsum is not None
         or jnp.issubdtype(dtype, jnp.complexfloating)
     )
-    if not plain_only and query.shape[-3] * key.shape[-3] >= _BLOCKWISE_MIN_ELEMENTS:
+    if not plain_only:
         if bias is not None:
             _check_broadcastable(fn, "bias", bias, target)
-        return _blockwise(query, key, value, bias, mask, precision, force_fp32_for_softmax)
+        if query.shape[-3] * key.shape[-3] >= _BLOCKWISE_MIN_ELEMENTS:
+            return _blockwise(query, key, value, bias, mask, precision, force_fp32_for_softmax)
+        if _fused_applies(query, key, value, precision):
+            return _fused(query, key, value, bias, mask)
 
     weights = dot_product_attention_weights(
         query,
@@ -349,6 +374,40 @@ def dot_product_attention(
     )
     einsum = attn_weights_value_einsum or _einsum_fn(einsum_dot_general)
     return einsum("...hqk,...khd->...qhd", weights, value, precision=precision)
+
+
+# --- JAX's fused attention --------------------------------------------------------------
+
+
+def _fused_applies(query, key, value, precision) -> bool:
+    """Whether ``jax.nn.dot_product_attention`` computes what the plain path computes."""
+    return (
+        precision is None
+        and query.dtype == jnp.float32
+        and value.shape == key.shape
+    )
+
+
+def _fused(query, key, value, bias, mask):
+    """``jax.nn.dot_product_attention`` on 4-D inputs (batch axes flattened into one).
+
+    The query is scaled before the product and ``scale=1`` passed, the order of operations
+    of the plain path, so the logits round the same way.
+    """
+    batch = query.shape[:-3]
+    nb = 1
+    for d in batch:
+        nb *= d
+    q = query.reshape((nb,) + query.shape[-3:])
+    k = key.reshape((nb,) + key.shape[-3:])
+    v = value.reshape((nb,) + value.shape[-3:])
+    q = q / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+    if mask is not None:
+        mask = _weights_layout(jnp.asarray(mask).astype(bool), batch, nb, 0, True)
+    if bias is not None:
+        bias = _weights_layout(jnp.asarray(bias), batch, nb, 0, 0)
+    out = jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=1.0)
+    return out.reshape(batch + out.shape[1:])
 
 
 # --- memory-lean blockwise path ---------------------------------------------------------

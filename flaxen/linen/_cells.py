@@ -28,8 +28,9 @@ import jax
 import jax.numpy as jnp
 from jax import random
 
+from flaxen.linen import _conv_math as cm
 from flaxen.linen import initializers
-from flaxen.linen._layer_errors import LayerRankError
+from flaxen.linen._layer_errors import LayerRankError, LayerShapeError
 from flaxen.linen.activation import sigmoid, tanh
 from flaxen.linen.dtypes import promote_dtype
 from flaxen.linen.linear import Conv, Dense, default_kernel_init
@@ -130,6 +131,29 @@ def _features_of(cell: Any) -> int:
     return cell.features
 
 
+class _CarryShapeError(LayerShapeError, TypeError):
+    """A carry whose feature size is not the cell's ``features``.
+
+    Also a ``TypeError``: where Flax fails on such a carry, it fails with one.
+    """
+
+
+def _check_carry(cell: Any, **parts: Array) -> None:
+    """With ``features`` set, each carry part must be ``[..., features]``."""
+    if cell.features is None:
+        return
+    for name, part in parts.items():
+        shape = jnp.shape(part)
+        if not shape or shape[-1] != cell.features:
+            expected = "[batch..., *spatial, features]" if isinstance(
+                cell, ConvLSTMCell) else "[batch..., features]"
+            raise _CarryShapeError(
+                f"{type(cell).__name__}: carry {name} must have shape {expected} with "
+                f"features={cell.features}, but got shape {shape}. Build the carry with "
+                f"cell.initialize_carry(rng, inputs.shape), or give the cell "
+                f"features={shape[-1] if shape else '...'}.")
+
+
 def _require_feature_axis(cell: Any, inputs: Array) -> None:
     if jnp.ndim(inputs) < 1:
         raise LayerRankError(
@@ -166,6 +190,7 @@ class LSTMCell(RNNCellBase):
     def __call__(self, carry: tuple[Array, Array], inputs: Array) -> tuple[tuple[Array, Array], Array]:
         _require_feature_axis(self, inputs)
         c, h = carry
+        _check_carry(self, c=c, h=h)
         hidden = h.shape[-1]
         dense_h = functools.partial(
             Dense, features=hidden, use_bias=True, kernel_init=self.recurrent_kernel_init,
@@ -230,6 +255,7 @@ class OptimizedLSTMCell(LSTMCell):
     def __call__(self, carry: tuple[Array, Array], inputs: Array) -> tuple[tuple[Array, Array], Array]:
         _require_feature_axis(self, inputs)
         c, h = carry
+        _check_carry(self, c=c, h=h)
         hidden = h.shape[-1]
         gates = ("i", "f", "g", "o")
         in_params = [
@@ -289,6 +315,7 @@ class GRUCell(RNNCellBase):
     def __call__(self, carry: Array, inputs: Array) -> tuple[Array, Array]:
         _require_feature_axis(self, inputs)
         h = carry
+        _check_carry(self, h=h)
         hidden = h.shape[-1]
         dense_h = functools.partial(
             Dense, features=hidden, use_bias=False, kernel_init=self.recurrent_kernel_init,
@@ -342,6 +369,7 @@ class MGUCell(RNNCellBase):
     def __call__(self, carry: Array, inputs: Array) -> tuple[Array, Array]:
         _require_feature_axis(self, inputs)
         h = carry
+        _check_carry(self, h=h)
         hidden = h.shape[-1]
         dense_h = functools.partial(
             Dense, features=hidden, use_bias=False, kernel_init=self.recurrent_kernel_init,
@@ -393,6 +421,7 @@ class SimpleCell(RNNCellBase):
     def __call__(self, carry: Array, inputs: Array) -> tuple[Array, Array]:
         _require_feature_axis(self, inputs)
         h = carry
+        _check_carry(self, h=h)
         hidden = h.shape[-1]
         dense_h = functools.partial(
             Dense, features=hidden, use_bias=False, kernel_init=self.recurrent_kernel_init,
@@ -422,7 +451,9 @@ class ConvLSTMCell(RNNCellBase):
 
     The input-to-hidden (``ih``) and hidden-to-hidden (``hh``) maps are ``Conv`` layers
     with ``4 * features`` outputs split into ``i, g, f, o`` gates; the forget gate gets a
-    ``+1`` bias. ``num_feature_axes`` is ``len(kernel_size) + 1``.
+    ``+1`` bias. ``num_feature_axes`` is ``len(kernel_size) + 1``. As for ``Conv``, an
+    int ``kernel_size`` means a 1-D convolution, and is an error on inputs with more
+    spatial axes.
 
     >>> import jax, jax.numpy as jnp
     >>> cell = ConvLSTMCell(features=4, kernel_size=(3, 3))
@@ -442,10 +473,12 @@ class ConvLSTMCell(RNNCellBase):
 
     @compact
     def __call__(self, carry: tuple[Array, Array], inputs: Array) -> tuple[tuple[Array, Array], Array]:
+        kernel_size = cm.kernel_size_tuple(self.kernel_size, jnp.ndim(inputs), "ConvLSTMCell")
         c, h = carry
+        _check_carry(self, c=c, h=h)
         features = h.shape[-1]
         conv = functools.partial(
-            Conv, features=4 * features, kernel_size=self.kernel_size, strides=self.strides,
+            Conv, features=4 * features, kernel_size=kernel_size, strides=self.strides,
             padding=self.padding, use_bias=self.use_bias, dtype=self.dtype,
             param_dtype=self.param_dtype)
         gates = conv(name="ih")(inputs) + conv(name="hh")(h)
@@ -458,17 +491,19 @@ class ConvLSTMCell(RNNCellBase):
     @_carry_init(_documented_pair)
     def initialize_carry(self, rng: PRNGKey, input_shape: tuple[int, ...]) -> tuple[Array, Array]:
         """The initial ``(c, h)`` for inputs ``[batch..., *spatial, in_features]``."""
-        n = self.num_feature_axes
+        kernel_size = cm.kernel_size_tuple(self.kernel_size, len(input_shape), "ConvLSTMCell")
+        n = len(kernel_size) + 1
         shape = tuple(input_shape[:-1]) + (_features_of(self),)
         if len(input_shape) < n:
             raise LayerRankError(
                 f"ConvLSTMCell.initialize_carry: input_shape {tuple(input_shape)} must have "
                 f"at least num_feature_axes={n} axes (spatial axes for kernel_size "
-                f"{tuple(self.kernel_size)} plus features).")
+                f"{kernel_size} plus features).")
         key1, key2 = random.split(rng)
         return (self.carry_init(key1, shape, self.param_dtype),
                 self.carry_init(key2, shape, self.param_dtype))
 
     @property
     def num_feature_axes(self) -> int:
-        return len(self.kernel_size) + 1
+        # An int kernel_size means one spatial axis, as for Conv.
+        return len(cm.kernel_size_tuple(self.kernel_size, 3, "ConvLSTMCell")) + 1

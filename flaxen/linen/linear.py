@@ -32,7 +32,12 @@ from flaxen.linen._conv_math import (  # noqa: F401 - Flax exposes these names h
     PaddingLike,
     canonicalize_padding,
 )
-from flaxen.linen._layer_errors import LayerAxisError, LayerAxisOverlapError, LayerRankError
+from flaxen.linen._layer_errors import (
+    LayerAxisError,
+    LayerAxisOverlapError,
+    LayerRankError,
+    LayerShapeError,
+)
 from flaxen.linen.dtypes import promote_dtype
 from flaxen.linen.module import Module, compact, merge_param
 
@@ -348,6 +353,10 @@ def _bias_layout(out_spec: str, letters: list, bias_shape: Shape, ndim: int) -> 
     return tuple(dims)
 
 
+class _AttendShapeError(LayerShapeError, TypeError):
+    """``Embed.attend`` got a query of the wrong size (Flax fails with a ``TypeError``)."""
+
+
 class Embed(Module):
     """A lookup table mapping integers in ``[0, num_embeddings)`` to ``features`` vectors.
 
@@ -399,6 +408,12 @@ class Embed(Module):
 
         ``query`` has shape ``(..., features)``; the result ``(..., num_embeddings)``.
         """
+        if jnp.ndim(query) < 1 or jnp.shape(query)[-1] != self.features:
+            raise _AttendShapeError(
+                f"Embed.attend: query must have shape (..., features) with "
+                f"features={self.features} (the embedding table is "
+                f"({self.num_embeddings}, {self.features})), but got shape "
+                f"{jnp.shape(query)}. Project the query to {self.features} features first.")
         query, embedding = self.promote_dtype(query, self.embedding, dtype=self.dtype)
         return jnp.dot(query, embedding.T)
 

@@ -261,3 +261,12 @@ def test_groups_must_divide_features_and_strides_must_match():
         nn.Conv(4, (3, 3), feature_group_count=2).init(KEY, jnp.ones((1, 5, 5, 3)))
     with pytest.raises(ValueError, match=r"strides=\(1,\)"):
         nn.Conv(4, (3, 3), strides=(1,)).init(KEY, jnp.ones((1, 5, 5, 3)))
+
+
+def test_embed_attend_query_of_wrong_size_names_expected_shape():
+    layer = nn.Embed(5, 3)
+    _, v = _init(layer, jnp.array([0, 1]))
+    with pytest.raises(ValueError, match=r"Embed.attend: query must have shape \(\.\.\., "
+                       r"features\) with features=3.*\(5, 3\).*got shape \(2, 4\)") as info:
+        layer.apply(v, jnp.ones((2, 4)), method="attend")
+    assert isinstance(info.value, TypeError)  # what Flax's failing dot raises

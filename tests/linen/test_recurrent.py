@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -207,3 +209,52 @@ def test_cell_rejects_scalar_inputs():
     cell = nn.GRUCell(3)
     with pytest.raises(ValueError, match=r"GRUCell: inputs must be \[batch..., features\]"):
         cell.init(jax.random.PRNGKey(0), jnp.zeros((3,)), jnp.float32(1.0))
+
+
+def test_conv_lstm_int_kernel_size_is_one_d_or_a_clear_error():
+    cell = nn.ConvLSTMCell(4, 3)
+    assert cell.num_feature_axes == 2  # an int is a 1-D kernel, as for Conv
+    x = jnp.ones((2, 5, 2))
+    carry = cell.initialize_carry(jax.random.PRNGKey(0), x.shape)
+    v = cell.init(jax.random.PRNGKey(1), carry, x)
+    assert v["params"]["ih"]["kernel"].shape == (3, 2, 16)
+    msg = r"ConvLSTMCell: kernel_size=3 is an int.*4 dimensions.*kernel_size=\(3, 3\)"
+    x2 = jnp.ones((2, 5, 5, 2))
+    with pytest.raises(TypeError, match=msg):
+        cell.initialize_carry(jax.random.PRNGKey(0), x2.shape)
+    carry2 = nn.ConvLSTMCell(4, (3, 3)).initialize_carry(jax.random.PRNGKey(0), x2.shape)
+    with pytest.raises(TypeError, match=msg):
+        cell.init(jax.random.PRNGKey(1), carry2, x2)
+    with pytest.raises(TypeError, match=msg):
+        nn.RNN(cell).init(jax.random.PRNGKey(1), jnp.ones((2, 4, 5, 5, 2)))
+
+
+@pytest.mark.parametrize(
+    "cell,carry,x",
+    [
+        (nn.LSTMCell(4), (jnp.zeros((2, 3)), jnp.zeros((2, 3))), jnp.ones((2, 2))),
+        (nn.OptimizedLSTMCell(4), (jnp.zeros((2, 4)), jnp.zeros((2, 3))), jnp.ones((2, 2))),
+        (nn.GRUCell(4), jnp.zeros((2, 3)), jnp.ones((2, 2))),
+        (nn.MGUCell(4), jnp.zeros((2, 5)), jnp.ones((2, 2))),
+        (nn.SimpleCell(4), jnp.zeros((2, 3)), jnp.ones((2, 2))),
+        (nn.ConvLSTMCell(4, (3,)), (jnp.zeros((2, 5, 3)),) * 2, jnp.ones((2, 5, 2))),
+    ],
+)
+def test_carry_of_wrong_feature_size_names_expected_shape(cell, carry, x):
+    name = type(cell).__name__
+    bad = jnp.shape(carry[0] if isinstance(carry, tuple) else carry)
+    part = "c" if isinstance(carry, tuple) and bad[-1] != 4 else "h"
+    bad = bad if part == "c" or not isinstance(carry, tuple) else jnp.shape(carry[1])
+    with pytest.raises(ValueError, match=rf"{name}: carry {part} must have shape "
+                       rf"\[batch\.\.\., .*features\] with features=4, but got shape "
+                       rf"{re.escape(str(bad))}") as info:
+        cell.init(jax.random.PRNGKey(0), carry, x)
+    assert isinstance(info.value, TypeError)
+    with pytest.raises(ValueError, match="carry"):  # through RNN's initial_carry too
+        nn.RNN(cell).init(jax.random.PRNGKey(0), x[:, None], initial_carry=carry)
+
+
+def test_cell_without_features_takes_the_carry_size():
+    cell = nn.GRUCell()  # the documented older API: the size comes from the carry
+    v = cell.init(jax.random.PRNGKey(0), jnp.zeros((2, 3)), jnp.ones((2, 2)))
+    assert v["params"]["hr"]["kernel"].shape == (3, 3)

@@ -76,14 +76,80 @@ def test_functions_match_flax(kwargs):
     ours = att.dot_product_attention(q, k, v, **resolved)
     theirs = fnn.dot_product_attention(q, k, v, **resolved)
     assert ours.dtype == theirs.dtype
-    np.testing.assert_array_equal(ours, theirs)
+    if "dtype" in kwargs or "dropout_rate" in kwargs:
+        np.testing.assert_array_equal(ours, theirs)  # plain path: bit-identical
+    else:  # float32 without dropout: jax.nn.dot_product_attention, same to float rounding
+        _close(ours, theirs)
 
 
 @pytest.mark.parametrize("shape_q", [(3, 2, 4), (2, 2, 3, 2, 4)])
 def test_functions_match_flax_other_batch_ranks(shape_q):
     q, k, v = _qkv(shape_q, 6)
-    np.testing.assert_array_equal(att.dot_product_attention(q, k, v),
-                                  fnn.dot_product_attention(q, k, v))
+    _close(att.dot_product_attention(q, k, v), fnn.dot_product_attention(q, k, v))
+
+
+def _spy_fused(monkeypatch):
+    calls = []
+    real = jax.nn.dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", spy)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "shape_q,kv_len,mask_shape,bias_shape",
+    [
+        ((2, 5, 3, 4), 7, (2, 1, 5, 7), (3, 5, 7)),
+        ((5, 2, 4), 5, (5, 5), None),  # no batch axes
+        ((2, 3, 6, 2, 4), 4, (3, 1, 1, 4), (2, 1, 2, 1, 4)),  # two batch axes, partial bcast
+        ((1, 4, 2, 8), 4, None, (2, 4, 4)),
+    ],
+)
+def test_fused_path_matches_flax_values_and_grads(monkeypatch, shape_q, kv_len, mask_shape,
+                                                  bias_shape):
+    calls = _spy_fused(monkeypatch)
+    q, k, v = _qkv(shape_q, kv_len)
+    mask = None if mask_shape is None else jax.random.bernoulli(
+        jax.random.PRNGKey(5), 0.7, mask_shape)
+    bias = None if bias_shape is None else jax.random.normal(jax.random.PRNGKey(7), bias_shape)
+    cot = jax.random.normal(jax.random.PRNGKey(6), q.shape)
+
+    def vg(fn):
+        def loss(q, k, v, bias):
+            out = fn(q, k, v, bias=bias, mask=mask)
+            return jnp.sum(out * cot), out
+        return jax.value_and_grad(loss, (0, 1, 2, 3), has_aux=True)(q, k, v, bias)
+
+    (_, ours), g_ours = vg(att.dot_product_attention)
+    (_, theirs), g_theirs = vg(fnn.dot_product_attention)
+    assert calls, "the fused path was not taken"
+    _close(ours, theirs)
+    for a, b in zip(jax.tree.leaves(g_ours), jax.tree.leaves(g_theirs)):
+        _close(a, b, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"precision": jax.lax.Precision.HIGHEST},
+        {"dtype": jnp.bfloat16},
+        {"dropout_rate": 0.5, "dropout_rng": jax.random.PRNGKey(1)},
+        {"v_depth": 3},
+    ],
+)
+def test_fused_path_not_taken_when_it_would_differ(monkeypatch, kwargs):
+    calls = _spy_fused(monkeypatch)
+    kwargs = dict(kwargs)
+    q, k, v = _qkv((2, 4, 2, 8), 4)
+    if "v_depth" in kwargs:
+        v = v[..., : kwargs.pop("v_depth")]
+    ours = att.dot_product_attention(q, k, v, **kwargs)
+    np.testing.assert_array_equal(ours, fnn.dot_product_attention(q, k, v, **kwargs))
+    assert not calls
 
 
 def test_sown_weights_match_flax():

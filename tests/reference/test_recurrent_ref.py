@@ -146,3 +146,54 @@ def test_flip_sequences_matches_flax():
         np.testing.assert_array_equal(
             rec.flip_sequences(xt, lengths, num_batch_dims=2, time_major=time_major),
             flip_sequences(xt, lengths, num_batch_dims=2, time_major=time_major))
+
+
+def _compare_rnn(build, x, *, lengths=None, rtol=1e-6, **call):
+    ours_rnn, theirs_rnn = build(rec), build(fnn)
+    ours = ours_rnn.init(jax.random.PRNGKey(0), x, seq_lengths=lengths, **call)
+    theirs = theirs_rnn.init(jax.random.PRNGKey(0), x, seq_lengths=lengths, **call)
+    _same_tree(ours, theirs)
+    out_ours = jax.jit(lambda v: ours_rnn.apply(v, x, seq_lengths=lengths, **call))(theirs)
+    out_theirs = jax.jit(lambda v: theirs_rnn.apply(v, x, seq_lengths=lengths, **call))(theirs)
+    _close_tree(out_ours, out_theirs, rtol=rtol)
+
+
+@pytest.mark.parametrize(
+    "cell,kw",
+    [
+        ("GRUCell", dict(features=4)),
+        ("MGUCell", dict(features=3)),
+        ("MGUCell", dict(features=3, reset_gate=False)),
+    ],
+)
+@pytest.mark.parametrize("case", [dict(), dict(reverse=True, return_carry=True, lengths=True)])
+def test_rnn_with_gru_and_mgu_cells_matches_flax(cell, kw, case):
+    case = dict(case)
+    lengths = jnp.array([5, 2, 3]) if case.pop("lengths", False) else None
+    x = jax.random.normal(jax.random.PRNGKey(1), (3, 5, 2))
+    _compare_rnn(lambda lib: lib.RNN(getattr(lib, cell)(**kw), **case), x, lengths=lengths)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(features=3, kernel_size=(3, 3), strides=(1, 1), padding=((1, 1), (1, 1))),
+        dict(features=2, kernel_size=(3,), strides=(1,), padding=((2, 0),), use_bias=False),
+        dict(features=2, kernel_size=(2, 3), padding="CIRCULAR"),
+    ],
+)
+def test_rnn_with_conv_lstm_cell_matches_flax(kw):
+    n = len(kw["kernel_size"])
+    x = jax.random.normal(jax.random.PRNGKey(1), (2, 3) + (4,) * n + (2,))
+    lengths = jnp.array([3, 1])
+    _compare_rnn(lambda lib: lib.RNN(lib.ConvLSTMCell(**kw), return_carry=True), x,
+                 lengths=lengths)
+
+
+@pytest.mark.parametrize("unroll", [2, 3, 6])
+@pytest.mark.parametrize("cell", ["LSTMCell", "GRUCell"])
+def test_rnn_unroll_matches_flax(unroll, cell):
+    x = jax.random.normal(jax.random.PRNGKey(1), (2, 6, 3))
+    lengths = jnp.array([6, 4])
+    _compare_rnn(lambda lib: lib.RNN(getattr(lib, cell)(4), unroll=unroll, reverse=True,
+                                     keep_order=True), x, lengths=lengths)
