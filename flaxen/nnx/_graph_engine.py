@@ -238,12 +238,13 @@ def flatten_cached(roots: tuple, intern: tp.Callable[[FlatGraph, FlatGraph | Non
     key = tuple(map(id, roots))
     fg = _cache.get(key)
     if fg is not None:
-        held = _cache_roots[key]
-        if all(a is b for a, b in zip(held, roots)):
+        for a, b in zip(_cache_roots[key], roots):
+            if a is not b:  # an id was reused by a new object
+                fg = None
+                break
+        else:
             if fg.epoch == _EPOCH[0] and (not fg.containers or fg.still_valid()):
                 return fg
-        else:
-            fg = None
     new = flatten(roots)
     intern(new, fg)
     if len(_cache) >= _CACHE_SIZE and key not in _cache:

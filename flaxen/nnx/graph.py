@@ -44,6 +44,12 @@ class GraphDef(tp.Generic[Node]):
         self._states_fn: tp.Any = None
         self._merge_fn: tp.Any = None
 
+    def __getstate__(self) -> tuple:
+        return (self.defs,)  # generated code is per process and cannot be pickled
+
+    def __setstate__(self, state: tuple) -> None:
+        self.__init__(state[0])
+
     def _compile(self) -> None:
         self._uses += 1
         if self._uses == _COMPILE_AT:
