@@ -4,6 +4,7 @@ The model has ``outer`` blocks, each with ``inner`` child scopes holding ``per``
 (10,000 params in 1,000 scopes at full size). The pure-JAX limit calls the same
 initialisers with the same fold_in-derived keys, precomputed hashes included, and
 computes the same output (the sum of all params), so both trace the same operations.
+``jax_nosum`` is the older baseline without that sum (less work than the model does).
 """
 
 from __future__ import annotations
@@ -56,6 +57,23 @@ def _pure_jax(outer: int, inner: int, per: int):
     return fn
 
 
+def _pure_jax_no_sum(outer: int, inner: int, per: int):
+    """The older, smaller baseline: the same params, but not the sum the model computes."""
+    hashes = [[[_h32((f"block_{i}", f"layer_{j}", k + 1)) for k in range(per)]
+               for j in range(inner)] for i in range(outer)]
+
+    def fn(key, x):
+        params = {}
+        for i in range(outer):
+            block = params[f"block_{i}"] = {}
+            for j in range(inner):
+                layer = block[f"layer_{j}"] = {}
+                for k in range(per):
+                    layer[f"p{k}"] = _INIT(jax.random.fold_in(key, hashes[i][j][k]), (2,))
+        return x, {"params": params}
+    return fn
+
+
 def run(quick: bool) -> list[Result]:
     import flaxen.core as xcore
 
@@ -65,7 +83,8 @@ def run(quick: bool) -> list[Result]:
     x = jnp.ones(())
     note = f"{outer * inner * per} params in {outer * inner} scopes"
     impls = {"flaxen": lambda: jax.eval_shape(xcore.init(model), key, x),
-             "jax": lambda: jax.eval_shape(_pure_jax(outer, inner, per), key, x)}
+             "jax": lambda: jax.eval_shape(_pure_jax(outer, inner, per), key, x),
+             "jax_nosum": lambda: jax.eval_shape(_pure_jax_no_sum(outer, inner, per), key, x)}
     fcore = None
     if have_flax():
         import flax.core as fcore

@@ -80,8 +80,10 @@ def _wrap(rng: Any) -> tuple[Any, bool]:
 
 
 def _same_trace(a: Any, b: Any) -> bool:
+    """Whether ``b`` (derived from ``a``) may be reused wherever ``a`` is valid."""
     if isinstance(a, _Tracer):
-        return isinstance(b, _Tracer) and a._trace is b._trace
+        ta = getattr(a, "_trace", None)
+        return ta is not None and isinstance(b, _Tracer) and getattr(b, "_trace", None) is ta
     return not isinstance(b, _Tracer)
 
 

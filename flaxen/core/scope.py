@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -97,7 +98,8 @@ class _DuplicateNameError(errors.NameInUseError, ValueError):
 _SHAPE_CACHE: dict = {}
 _SHAPE_CACHE_MAX = 4096
 _ABSTRACT_KEY: list = []
-_FunctionType = type(lambda: None)
+_FunctionType = types.FunctionType
+_MethodType = types.MethodType
 
 
 def _abstract_key() -> jax.ShapeDtypeStruct:
@@ -136,12 +138,14 @@ def static_key(x: Any, _depth: int = 0) -> Any:
         d = _depth + 1
         if cls is _FunctionType:
             cells, defaults, kwdefaults = x.__closure__, x.__defaults__, x.__kwdefaults__
-            return (x.__code__,
+            return (x.__code__, id(x.__globals__),
                     defaults and tuple(static_key(v, d) for v in defaults),
                     kwdefaults and tuple((k, static_key(v, d)) for k, v in kwdefaults.items()),
                     cells and tuple(static_key(c.cell_contents, d) for c in cells))
         if cls is tuple:
             return tuple(static_key(v, d) for v in x)
+        if cls is _MethodType:
+            return (_MethodType, static_key(x.__func__, d), static_key(x.__self__, d))
         if cls is functools.partial:
             return (functools.partial, static_key(x.func, d),
                     tuple(static_key(a, d) for a in x.args),

@@ -80,3 +80,23 @@ def test_module_closures_keyed_by_fields():
     assert static_key(Layer(3)) == static_key(Layer(3)) != static_key(Layer(4))
     with pytest.raises(errors.ScopeParamShapeError):
         Layer(4).apply(variables)
+
+
+def test_bound_method_initializer():
+    import flaxen.linen as nn
+
+    class Layer(nn.Module):
+        n: int
+
+        def make(self, rng, shape):
+            return jnp.zeros((self.n,) + shape)
+
+        @nn.compact
+        def __call__(self):
+            return self.param("w", self.make, (2,))
+
+    variables = Layer(3).init(jax.random.PRNGKey(0))
+    Layer(3).apply(variables)
+    Layer(3).apply(variables)
+    with pytest.raises(errors.ScopeParamShapeError):
+        Layer(5).apply(variables)
