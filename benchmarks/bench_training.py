@@ -1,8 +1,14 @@
 """Training toolkit speed: the demo's train step, and checkpoint save + restore.
 
-* ``train_step``: one jitted Adam step of the `make demo` CNN (batch 32 of 8x8 digits) written
-  with flaxen.linen + flaxen TrainState, with flax.linen + flax TrainState, and by hand in pure
-  JAX (lax convolutions, optax). Includes the per-call Python work around the compiled step.
+* ``train_step``: one step of the `make demo` job exactly as ``examples/digits_cnn.py`` writes
+  it (its ``CNN``, ``create_state``: Adam on a cosine-decay schedule over the demo's default run,
+  and its jitted ``train_step``; batch 32 of 8x8 digits):
+  - "flaxen": the demo module itself;
+  - "flax": the same file loaded with its flaxen imports pointed at flax (``flax.linen``,
+    ``flax.training``), so the two cannot drift apart;
+  - "jax": the same network, optimizer and schedule by hand (lax convolutions, optax), starting
+    from the same parameters.
+  Each includes the per-call Python work around the compiled step.
 * ``checkpoint``: ``save_checkpoint`` then ``restore_checkpoint`` (legacy msgpack format, into a
   target) of a 1 GiB state (64 MiB with ``--quick``), flaxen vs flax; "jax" is the I/O floor:
   the raw array bytes written with ``ndarray.tofile`` and read back with ``np.fromfile``.
@@ -12,7 +18,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
+import types
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +29,43 @@ import optax
 
 from benchmarks._harness import Result, compare, have_flax
 
-BATCH = 32
+DEMO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                    "digits_cnn.py")
+# The demo's defaults (examples/digits_cnn.py --help): 15 epochs of batch 32 over the 1,438
+# training digits, peak learning rate 2e-3.
+BATCH, EPOCHS, LEARNING_RATE, N_TRAIN = 32, 15, 2e-3, 1438
+TOTAL_STEPS = EPOCHS * (N_TRAIN // BATCH)
+# How the demo imports flaxen, and what the flax copy imports instead.
+_TO_FLAX = {
+    "import flaxen.linen as nn": "import flax.linen as nn",
+    "from flaxen import config, serialization": "from flax import config, serialization",
+    "from flaxen.training import checkpoints, train_state":
+        "from flax.training import checkpoints, train_state",
+}
+
+
+def _load_demo(flavour: str) -> types.ModuleType:
+    """examples/digits_cnn.py as a module; with "flax", its flaxen imports become flax's."""
+    name = f"_bench_digits_cnn_{flavour}"
+    if name in sys.modules:
+        return sys.modules[name]
+    with open(DEMO) as f:
+        source = f.read()
+    if flavour == "flax":
+        for ours, theirs in _TO_FLAX.items():
+            if ours not in source:
+                raise RuntimeError(
+                    f"{DEMO} no longer contains {ours!r}; update _TO_FLAX in "
+                    "benchmarks/bench_training.py so the flax copy matches the demo."
+                )
+            source = source.replace(ours, theirs)
+        if "flaxen" in source.replace("flaxen_", ""):
+            raise RuntimeError(f"{DEMO} imports flaxen in a way _TO_FLAX does not rewrite.")
+    module = types.ModuleType(name)
+    module.__file__ = DEMO
+    sys.modules[name] = module
+    exec(compile(source, DEMO, "exec"), module.__dict__)
+    return module
 
 
 def _batch():
@@ -31,58 +75,26 @@ def _batch():
     return jnp.asarray(images), jnp.asarray(labels)
 
 
-def _cnn(nn):
-    class CNN(nn.Module):
-        @nn.compact
-        def __call__(self, x):
-            x = nn.relu(nn.Conv(features=32, kernel_size=(3, 3))(x))
-            x = nn.relu(nn.Conv(features=64, kernel_size=(3, 3))(x))
-            x = nn.avg_pool(x, window_shape=(2, 2), strides=(2, 2))
-            x = x.reshape((x.shape[0], -1))
-            x = nn.relu(nn.Dense(features=128)(x))
-            return nn.Dense(features=10)(x)
-
-    return CNN()
-
-
-def _linen_step(nn, train_state_mod):
-    """A zero-argument callable running one train step of a Linen CNN, keeping its state."""
-    model = _cnn(nn)
+def _demo_step(demo: types.ModuleType):
+    """A zero-argument callable running the demo's train step, keeping its state."""
     images, labels = _batch()
-    params = model.init(jax.random.PRNGKey(0), images[:1])["params"]
-    state = train_state_mod.TrainState.create(
-        apply_fn=model.apply, params=params, tx=optax.adam(1e-3)
-    )
-
-    @jax.jit
-    def step(state, images, labels):
-        def loss_fn(params):
-            logits = state.apply_fn({"params": params}, images)
-            loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
-            return loss, jnp.mean(jnp.argmax(logits, -1) == labels)
-
-        (loss, acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-        return state.apply_gradients(grads=grads), loss, acc
-
+    state = demo.create_state(jax.random.PRNGKey(0), LEARNING_RATE, TOTAL_STEPS)
     box = [state]
 
     def run():
-        box[0], loss, acc = step(box[0], images, labels)
+        box[0], loss, _ = demo.train_step(box[0], images, labels)
         return loss
 
-    return run
+    return run, state.params
 
 
-def _jax_step():
+def _jax_step(linen_params):
+    """The demo's network, Adam and schedule written by hand, from the same parameters."""
     images, labels = _batch()
-    k = jax.random.split(jax.random.PRNGKey(0), 4)
-    params = {
-        "c1": (jax.random.normal(k[0], (3, 3, 1, 32)) * 0.3, jnp.zeros(32)),
-        "c2": (jax.random.normal(k[1], (3, 3, 32, 64)) * 0.06, jnp.zeros(64)),
-        "d1": (jax.random.normal(k[2], (1024, 128)) * 0.03, jnp.zeros(128)),
-        "d2": (jax.random.normal(k[3], (128, 10)) * 0.09, jnp.zeros(10)),
-    }
-    tx = optax.adam(1e-3)
+    lp = jax.tree.map(jnp.asarray, dict(linen_params))
+    params = {name: (lp[layer]["kernel"], lp[layer]["bias"]) for name, layer in
+              (("c1", "Conv_0"), ("c2", "Conv_1"), ("d1", "Dense_0"), ("d2", "Dense_1"))}
+    tx = optax.adam(optax.cosine_decay_schedule(LEARNING_RATE, TOTAL_STEPS))
     dims = ("NHWC", "HWIO", "NHWC")
 
     def apply(p, x):
@@ -116,16 +128,15 @@ def _jax_step():
 
 
 def _train_step_case(quick: bool) -> Result:
-    import flaxen.linen as fnn
-    from flaxen.training import train_state as our_ts
-
-    impls = {"flaxen": _linen_step(fnn, our_ts), "jax": _jax_step()}
+    flaxen_run, params = _demo_step(_load_demo("flaxen"))
+    impls = {"flaxen": flaxen_run, "jax": _jax_step(params)}
     if have_flax():
-        import flax.linen as rnn
-        from flax.training import train_state as ref_ts
-
-        impls["flax"] = _linen_step(rnn, ref_ts)
-    return compare("training", "demo CNN train_step (batch 32)", impls,
+        impls["flax"], _ = _demo_step(_load_demo("flax"))
+    # The three compute the same step: check the losses of a first step agree.
+    first = {k: float(fn()) for k, fn in impls.items()}
+    if max(first.values()) - min(first.values()) > 1e-4 * max(1.0, abs(first["flaxen"])):
+        raise RuntimeError(f"the train steps disagree on the first loss: {first}")
+    return compare("training", f"demo CNN train_step (batch {BATCH}, Adam+cosine)", impls,
                    rounds=5 if quick else 9, min_time=0.1 if quick else 0.3)
 
 
