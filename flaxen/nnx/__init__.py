@@ -81,14 +81,29 @@ _ACTIVATIONS = (
 globals().update({name: getattr(_fns.activation, name) for name in _ACTIVATIONS})
 
 
+_LAZY = {
+    # loaded on first use: TrainState needs flaxen.struct, the interop modules flaxen.linen
+    "TrainState": ("flaxen.nnx.training.train_state", "TrainState"),
+    "compatibility": ("flaxen.nnx.compatibility", None),
+    "bridge": ("flaxen.nnx.bridge", None),
+}
+
+
 def __getattr__(name: str):
-    # loaded on first use: TrainState needs flaxen.struct, compatibility needs flaxen.linen
-    if name == "TrainState":
-        from flaxen.nnx.training.train_state import TrainState
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'flaxen.nnx' has no attribute {name!r}")
+    import importlib
 
-        return TrainState
-    if name in ("compatibility", "bridge"):
-        import importlib
-
-        return importlib.import_module(f"flaxen.nnx.{name}")
-    raise AttributeError(f"module 'flaxen.nnx' has no attribute {name!r}")
+    module_name, attr = target
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name != module_name:
+            raise
+        raise AttributeError(
+            f"module 'flaxen.nnx' has no attribute {name!r} ({module_name} is missing)"
+        ) from e
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value

@@ -55,13 +55,26 @@ def _plan_vars(flat: tp.Any, state_axes: tp.Mapping, split_rngs: tp.Any) -> list
     items = _axes_items(state_axes)
     split_pred = filterlib.to_predicate(split_rngs)
     split_streams = set()
+    # A stream whose key is already a stack of keys (an Rngs created inside an earlier vmap or
+    # Scan, e.g. in a module's __init__) holds one key per slice: it is mapped along axis 0,
+    # whatever split_rngs says, and each slice's count advances on its own.
+    stacked_streams = set()
     for p, v in zip(flat.paths, flat.variables):
-        if isinstance(v, RngKey) and split_pred(p, v):
-            split_streams.add(p[:-1])
+        if isinstance(v, RngKey):
+            if getattr(v.raw_value, "ndim", 0) > 0:
+                stacked_streams.add(p[:-1])
+            elif split_pred(p, v):
+                split_streams.add(p[:-1])
     plan = []
     for p, v in zip(flat.paths, flat.variables):
         if isinstance(v, RngState):
-            plan.append(("split", None) if p[:-1] in split_streams else ("bcast", None))
+            if p[:-1] in stacked_streams:
+                stacked = isinstance(v, RngKey) or getattr(v.raw_value, "ndim", 0) > 0
+                plan.append(("axis", 0) if stacked else ("bcast", None))
+            elif p[:-1] in split_streams:
+                plan.append(("split", None))
+            else:
+                plan.append(("bcast", None))
         else:
             a = _state_axis(p, v, items)
             plan.append(("bcast", None) if a is None else ("axis", a))

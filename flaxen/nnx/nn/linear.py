@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from flaxen.core.frozen_dict import FrozenDict
 from flaxen.nnx.module import Module
 from flaxen.nnx.nn._linen import default_kernel_init, initializers, promote_dtype
 from flaxen.nnx.rnglib import Rngs
@@ -93,7 +94,7 @@ class LinearGeneral(Module):
         out_features: int | tp.Sequence[int],
         *,
         axis: int | tp.Sequence[int] = -1,
-        batch_axis: tp.Mapping[int, int] | None = None,
+        batch_axis: tp.Mapping[int, int] = FrozenDict({}),  # noqa: B008 - immutable
         use_bias: bool = True,
         dtype: tp.Any = None,
         param_dtype: tp.Any = jnp.float32,
@@ -111,7 +112,7 @@ class LinearGeneral(Module):
                 f"LinearGeneral: axis {self.axis} and in_features {self.in_features} must have "
                 "the same length (one input size per contracted axis)."
             )
-        self.batch_axis = dict(batch_axis or {})
+        self.batch_axis = FrozenDict(batch_axis if batch_axis is not None else {})
         self.use_bias = use_bias
         self.dtype = dtype
         self.param_dtype = param_dtype

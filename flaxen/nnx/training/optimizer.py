@@ -58,7 +58,10 @@ class Optimizer(Module):
         self.model = model
         self.tx = tx
         self.wrt = wrt
-        params = _values(_state(model, wrt))
+        params_state = _state(model, wrt)
+        if not params_state.flat_state():
+            _raise_empty_wrt(model, wrt)
+        params = _values(params_state)
         leaves, treedef = jax.tree_util.tree_flatten(tx.init(params))
         # a tuple of Variables (not a list) so the graph walk knows it cannot change size
         self._opt_leaves = tuple(OptArray(x) for x in leaves)
@@ -67,6 +70,16 @@ class Optimizer(Module):
     @property
     def opt_state(self) -> tp.Any:
         return self._opt_treedef.unflatten([v.value for v in self._opt_leaves])
+
+    def __repr__(self) -> str:
+        # the flattened optimizer state is an implementation detail: show opt_state instead
+        from flaxen.nnx.visualization import _indent, module_repr
+
+        fields = [("step", self.step), ("model", self.model), ("tx", self.tx),
+                  ("wrt", self.wrt), ("opt_state", self.opt_state)]
+        lines = [f"  {k}={_indent(module_repr(v) if isinstance(v, Module) else repr(v))}"
+                 for k, v in fields]
+        return f"{type(self).__name__}(\n" + ",\n".join(lines) + "\n)"
 
     def update(self, grads: State, **kwargs: tp.Any) -> None:
         params_state = _state(self.model, self.wrt)
@@ -92,6 +105,25 @@ def _as_state(template: State, values: dict) -> State:
         else:
             out[k] = v.replace(values[k])
     return State._from_raw(out)
+
+
+def _filter_name(f: tp.Any) -> str:
+    if isinstance(f, type):
+        return f"nnx.{f.__name__}" if f.__module__.startswith("flaxen.nnx") else f.__name__
+    return repr(f)
+
+
+def _raise_empty_wrt(model: tp.Any, wrt: tp.Any) -> tp.NoReturn:
+    found: dict[str, list[str]] = {}
+    for path, leaf in _state(model).flat_state().items():
+        found.setdefault(leaf.type.__name__, []).append("/" + "/".join(map(str, path)))
+    have = "; ".join(f"{k} at {', '.join(v[:3])}{', ...' if len(v) > 3 else ''}"
+                     for k, v in found.items()) or "none"
+    raise ValueError(
+        f"nnx.Optimizer: the filter wrt={_filter_name(wrt)} matches no Variable of the "
+        f"{type(model).__name__} model, so there is nothing to optimize (the model's Variables: "
+        f"{have}). Pass a wrt filter that selects the state to train, e.g. wrt=nnx.Param."
+    )
 
 
 def _raise_mismatch(params: State, grads: tp.Any) -> tp.NoReturn:
