@@ -1,5 +1,7 @@
 """flatten_dict / unflatten_dict on a 10,000-leaf parameter tree: flaxen vs flax vs plain Python.
 
+Each of flatten_dict and unflatten_dict alone, with tuple keys and with sep='/', then round trips.
+
 The "jax" baseline here is the shortest hand-written recursive version (no options, no
 FrozenDict or empty-node handling): the speed limit for pure Python.
 """
@@ -23,6 +25,26 @@ def _tree(n_leaves: int) -> dict:
                 i += 1
             block[f"Dense_{layer}"] = {"params": params}
         b += 1
+    return tree
+
+
+def _mixed_tree(n_leaves: int) -> dict:
+    # ResNet-like: stages of blocks of convs and norms beside top-level layers, so key
+    # lengths change every few leaves (2 to 5 parts).
+    tree: dict = {}
+    i = 0
+    s = 0
+    while i < n_leaves:
+        stage = tree.setdefault(f"stage_{s}", {})
+        stage[f"Conv_{s}"] = {"kernel": i, "bias": i + 1}
+        stage["scale"] = i + 2
+        i += 3
+        for b in range(4):
+            stage[f"Block_{b}"] = {
+                "Conv_0": {"kernel": i}, "Norm_0": {"scale": i + 1, "bias": i + 2}, "gate": i + 3,
+            }
+            i += 4
+        s += 1
     return tree
 
 
@@ -56,6 +78,8 @@ def run(quick: bool) -> list[Result]:
     rounds = 3 if quick else 7
     tree = _tree(n)
     flat = xtu.flatten_dict(tree)
+    joined = xtu.flatten_dict(tree, sep="/")
+    mixed = xtu.flatten_dict(_mixed_tree(n))
     results = [
         compare("traverse", f"flatten_dict ({len(flat)} leaves)", {
             "flaxen": lambda: xtu.flatten_dict(tree),
@@ -71,6 +95,19 @@ def run(quick: bool) -> list[Result]:
             "flaxen": lambda: xtu.unflatten_dict(xtu.flatten_dict(tree)),
             "flax": ftu and (lambda: ftu.unflatten_dict(ftu.flatten_dict(tree))),
             "jax": lambda: _plain_unflatten(_plain_flatten(tree)),
+        }, rounds=rounds),
+        compare("traverse", f"flatten_dict(sep='/') ({len(flat)} leaves)", {
+            "flaxen": lambda: xtu.flatten_dict(tree, sep="/"),
+            "flax": ftu and (lambda: ftu.flatten_dict(tree, sep="/")),
+        }, rounds=rounds, baseline="flax"),
+        compare("traverse", f"unflatten_dict(sep='/') ({len(flat)} leaves)", {
+            "flaxen": lambda: xtu.unflatten_dict(joined, sep="/"),
+            "flax": ftu and (lambda: ftu.unflatten_dict(joined, sep="/")),
+        }, rounds=rounds, baseline="flax"),
+        compare("traverse", f"unflatten_dict, mixed depths ({len(mixed)} leaves)", {
+            "flaxen": lambda: xtu.unflatten_dict(mixed),
+            "flax": ftu and (lambda: ftu.unflatten_dict(mixed)),
+            "jax": lambda: _plain_unflatten(mixed),
         }, rounds=rounds),
         compare("traverse", "flatten_dict(sep='/') + unflatten_dict(sep='/')", {
             "flaxen": lambda: xtu.unflatten_dict(xtu.flatten_dict(tree, sep="/"), sep="/"),

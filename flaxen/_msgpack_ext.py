@@ -156,9 +156,13 @@ def _as_numpy(x: Any) -> np.ndarray:
     return arr
 
 
-# Arrays up to this size are copied into the small-piece buffer right away; larger
-# ones are copied once, straight into the final output, by _Writer.finish.
+# Arrays up to this size are copied into the small-piece buffer right away (cheaper
+# than one more part for finish to copy); larger ones are copied once, straight into
+# the final output, by _Writer.finish. The copies live until the output is complete,
+# so at most _INLINE_TOTAL bytes are inlined per encoding: peak memory stays close
+# to the output's size however many small arrays a tree holds.
 _INLINE_BYTES = 1 << 16
+_INLINE_TOTAL = 4 << 20
 
 # Encoded headers by (ext code, shape, dtype): parameter trees repeat a few shapes.
 _header_cache: dict[tuple, bytes] = {}
@@ -184,12 +188,13 @@ def _payload_header(code: int, shape: tuple, dtype: np.dtype, nbytes: int) -> by
 class _Writer:
     """Collects the output as small byte pieces plus arrays to copy in at the end."""
 
-    __slots__ = ("parts", "buf", "size", "chunk_size", "sort_keys")
+    __slots__ = ("parts", "buf", "size", "inline_left", "chunk_size", "sort_keys")
 
     def __init__(self, chunk_size: int, sort_keys: bool) -> None:
         self.parts: list[Any] = []  # bytes and np.ndarray, in output order
         self.buf = bytearray()
         self.size = 0
+        self.inline_left = _INLINE_TOTAL
         self.chunk_size = chunk_size
         self.sort_keys = sort_keys
 
@@ -202,7 +207,8 @@ class _Writer:
     def array_payload(self, code: int, arr: np.ndarray) -> None:
         nbytes = arr.nbytes
         self.buf += _payload_header(code, arr.shape, arr.dtype, nbytes)
-        if nbytes <= _INLINE_BYTES:
+        if nbytes <= _INLINE_BYTES and nbytes <= self.inline_left:
+            self.inline_left -= nbytes
             self.buf += arr.tobytes()
         else:
             self.flush()

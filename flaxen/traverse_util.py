@@ -23,6 +23,7 @@ from __future__ import annotations
 import abc
 import copy
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -183,7 +184,8 @@ def flatten_dict(
 def unflatten_dict(xs: Mapping[Any, Any], sep: str | None = None) -> dict[Any, Any]:
     """Turns a flat dict keyed by path tuples (or ``sep``-joined strings) back into a nested dict.
 
-    ``empty_node`` values become empty dicts.
+    ``empty_node`` values become empty dicts. A key that is both a leaf and the
+    parent of other keys raises ``ValueError``; leaf values are never modified.
 
     >>> unflatten_dict({('foo',): 1, ('bar', 'a'): 2})
     {'foo': 1, 'bar': {'a': 2}}
@@ -195,61 +197,286 @@ def unflatten_dict(xs: Mapping[Any, Any], sep: str | None = None) -> dict[Any, A
             f"unflatten_dict expects a dict of path -> value, got {type(xs).__name__}. "
             "Pass the output of flatten_dict."
         )
-    if sep is not None:
-        xs = {tuple(k.split(sep)): v for k, v in xs.items()}
-    result: dict[Any, Any] = {}
-    created: list[dict] = []  # the sub-dicts built here, as opposed to leaf values
-    created_ids: set[int] = set()
-    empty = empty_node
-    # Flat dicts from flatten_dict list siblings together: walk to the parent
-    # only when the prefix changes.
-    prev_prefix: Any = ()
-    parent = result
-    for path, value in xs.items():
-        if value is empty:
-            value = {}
-        prefix = path[:-1]
-        if prefix != prev_prefix:
-            parent = result
-            for key in prefix:
-                node = parent.get(key, _MISSING)
-                if node is _MISSING:
-                    node = parent[key] = {}
-                    created.append(node)
-                    created_ids.add(id(node))
-                elif id(node) not in created_ids:
-                    # A leaf value (maybe a dict): never write into it.
-                    _raise_conflict(xs)
-                parent = node
-            prev_prefix = prefix
-        try:
-            parent[path[-1]] = value
-        except IndexError:
-            raise ValueError(
-                "unflatten_dict got an empty path () as a key; every key needs at least one "
-                "part, e.g. ('params',)."
-            ) from None
+    if sep is not None and (type(sep) is not str or len(sep) != 1):
+        # A longer separator can overlap itself ('//' in 'a///b'): only str.split
+        # tells where the parts are.
+        xs = _split_keys(xs, sep)
+        sep = None
+    built = _Built(xs)
+    try:
+        if sep is None:
+            result = _unflatten_paths(iter(xs.items()), built)
+        else:
+            result = _unflatten_joined(xs, sep, built)
+    except (TypeError, IndexError, AttributeError) as e:
+        _check_paths(xs if sep is None else _split_keys(xs, sep), e)
+        raise
     # Each leaf and each built sub-dict fills one slot of its parent. Fewer filled
-    # slots means a leaf landed on a slot that other keys use as a sub-dict.
-    if len(result) + sum(map(len, created)) != len(xs) + len(created):
-        _raise_conflict(xs)
+    # slots means some key overwrote another entry (a sub-dict or a leaf).
+    nodes = built.nodes
+    if len(result) + sum(map(len, nodes)) != len(xs) + len(nodes):
+        _check_paths(xs if sep is None else _split_keys(xs, sep), None)
+        raise ValueError(f"unflatten_dict: two keys name the same entry. {_CONFLICT_FIX}")
     return result
+
+
+class _SepKeyError(TypeError, AttributeError):
+    # A TypeError by meaning; also an AttributeError, which is what Flax raises
+    # (calling `.split` on a key that is not a str).
+    pass
+
+
+def _split_keys(xs: Mapping[Any, Any], sep: str) -> dict[Any, Any]:
+    try:
+        return {tuple(k.split(sep)): v for k, v in xs.items()}
+    except AttributeError:
+        bad = next(k for k in xs if not isinstance(k, str))
+        raise _SepKeyError(
+            f"unflatten_dict(sep={sep!r}) needs str keys to split, got {bad!r}. Use sep=None "
+            "for tuple keys."
+        ) from None
+
+
+class _Built:
+    """What one unflatten_dict call built: its sub-dicts, and a test for leaf dicts.
+
+    Sub-dicts are only looked up again (rather than made) when a key revisits a
+    path, which flatten_dict's output never does for a path it has left; so the
+    ownership test is lazy: the first such lookup that finds a dict collects the
+    ids of the dict-valued leaves.
+    """
+
+    __slots__ = ("nodes", "made", "_xs", "_leaf_ids")
+
+    def __init__(self, xs: Mapping[Any, Any]) -> None:
+        self.nodes: list[dict] = []  # sub-dicts built here
+        self.made: list[dict] = []  # the empty dicts that stand for empty_node leaves
+        self._xs = xs
+        self._leaf_ids: set[int] | None = None
+
+    def is_leaf(self, node: Any) -> bool:
+        """True unless ``node`` (found on the way down) is a sub-dict built here."""
+        if type(node) is not dict:
+            return True
+        if self._leaf_ids is None:
+            self._leaf_ids = {id(v) for v in self._xs.values() if type(v) is dict}
+        return id(node) in self._leaf_ids or any(node is m for m in self.made)
 
 
 _MISSING = object()
 _CONFLICT_FIX = "A key cannot be both a leaf and a sub-dict; remove one of the two entries."
+# Loops for the key lengths met so far, in the order met (see _path_loop).
+_PATH_LOOPS: dict[tuple[int, ...], Callable[..., Any]] = {}
+_MAX_SPECIALISED = 8  # key lengths per loop; beyond that, a generic loop takes over
 
 
-def _raise_conflict(xs: Mapping[Any, Any]) -> None:
-    keys = {tuple(path) for path in xs}
+def _unflatten_paths(items: Iterator[tuple[Any, Any]], built: _Built) -> dict[Any, Any]:
+    result: dict[Any, Any] = {}
+    pending = next(items, None)
+    lengths: tuple[int, ...] = ()
+    while pending is not None:
+        n = len(pending[0])
+        if n == 0:
+            raise IndexError("empty path")
+        if n in lengths or len(lengths) == _MAX_SPECIALISED:
+            # Many lengths, or a key that unpacks to another length than len() says.
+            _generic_loop(itertools.chain((pending,), items), result, built)
+            break
+        lengths += (n,)
+        loop = _PATH_LOOPS.get(lengths) or _path_loop(lengths)
+        # A key of a length not seen yet ends the loop: it comes back to be
+        # handled by a loop that also knows its length.
+        pending = loop(
+            itertools.chain((pending,), items), result, built.nodes, built.made, built.is_leaf,
+            _MISSING, empty_node,
+        )
+    return result
+
+
+def _path_loop(lengths: tuple[int, ...]) -> Callable[..., Any]:
+    """Builds (and caches) the unflatten loop for keys of the given lengths.
+
+    Per leaf, the loop unpacks the key into named parts and compares each with
+    the previous key of that length by identity; only the levels that changed
+    are looked up again, and below a new sub-dict everything is new. That is
+    much cheaper than slicing off the parent path (a new tuple per leaf) and
+    comparing tuples. Parts that are equal but not identical just cost a
+    lookup. For ``lengths == (3,)`` the code reads::
+
+        def loop(items, result, nodes, made, is_leaf, missing, empty):
+            k3_0 = k3_1 = missing        # parts of the previous key of length 3
+            n3_0 = n3_1 = result         # the sub-dicts they lead to
+            for path, value in items:
+                if value is empty:
+                    value = {}
+                    made.append(value)
+                try:
+                    a0, a1, last, = path
+                except ValueError:         # a key of another length: the caller
+                    return path, value     # goes on with a loop for both lengths
+                if a1 is not k3_1 or a0 is not k3_0:
+                    if a0 is not k3_0:
+                        n3_0 = result.get(a0)
+                        if n3_0 is None:           # new: so is everything below
+                            n3_0 = result[a0] = {}
+                            n3_1 = n3_0[a1] = {}
+                            nodes += (n3_0, n3_1,)
+                            k3_0 = a0
+                            k3_1 = a1
+                        elif is_leaf(n3_0):
+                            raise TypeError(...)
+                        else:
+                            k3_0 = a0
+                            k3_1 = missing
+                    if a1 is not k3_1:
+                        ...  # the same one level down
+                n3_1[last] = value
+            return None
+
+    With several lengths, ``n = len(path)`` picks a branch per length, each with
+    its own previous key. A ``None`` leaf looks like a missing entry and gets
+    replaced by a sub-dict; the caller's final count catches that, as any other
+    overwritten entry.
+    """
+    lines = ["def loop(items, result, nodes, made, is_leaf, missing, empty):"]
+    for length in lengths:
+        d = length - 1
+        if d:
+            lines.append("    " + " = ".join(f"k{length}_{i}" for i in range(d)) + " = missing")
+            lines.append("    " + " = ".join(f"n{length}_{i}" for i in range(d)) + " = result")
+    lines += [
+        "    for path, value in items:",
+        "        if value is empty:",
+        "            value = {}",
+        "            made.append(value)",
+    ]
+    single = len(lengths) == 1
+    if not single:
+        lines.append("        n = len(path)")
+    for j, length in enumerate(lengths):
+        pad = "        " if single else "            "
+        if not single:
+            lines.append(f"        {'if' if j == 0 else 'elif'} n == {length}:")
+        d = length - 1
+        k = [f"k{length}_{i}" for i in range(d)]
+        nodes = [f"n{length}_{i}" for i in range(d)]
+        unpack = "".join(f"a{i}, " for i in range(d)) + "last, = path"
+        if single:
+            # No length test: a key of another length fails to unpack (once).
+            lines += [f"{pad}try:", f"{pad}    {unpack}", f"{pad}except ValueError:", f"{pad}    return path, value"]
+        else:
+            lines.append(pad + unpack)
+        if d:
+            lines.append(pad + "if " + " or ".join(f"a{i} is not {k[i]}" for i in reversed(range(d))) + ":")
+            for i in range(d):
+                up = "result" if i == 0 else nodes[i - 1]
+                p = pad + "    "
+                lines += [
+                    f"{p}if a{i} is not {k[i]}:",
+                    f"{p}    {nodes[i]} = {up}.get(a{i})",
+                    f"{p}    if {nodes[i]} is None:",
+                    f"{p}        {nodes[i]} = {up}[a{i}] = {{}}",
+                ]
+                for m in range(i + 1, d):
+                    lines.append(f"{p}        {nodes[m]} = {nodes[m - 1]}[a{m}] = {{}}")
+                lines.append(f"{p}        nodes += ({''.join(f'{nodes[m]}, ' for m in range(i, d))})")
+                for m in range(i, d):
+                    lines.append(f"{p}        {k[m]} = a{m}")
+                lines += [
+                    f"{p}    elif is_leaf({nodes[i]}):",
+                    f"{p}        raise TypeError('a leaf is used as a sub-dict')",
+                    f"{p}    else:",
+                    f"{p}        {k[i]} = a{i}",
+                ]
+                if i + 1 < d:
+                    lines.append(f"{p}        {k[i + 1]} = missing")
+        lines.append(f"{pad}{nodes[-1] if d else 'result'}[last] = value")
+    if not single:
+        lines += ["        else:", "            return path, value"]
+    lines.append("    return None")
+    namespace: dict[str, Any] = {}
+    exec("\n".join(lines), namespace)  # noqa: S102 - the source is built above from ints only
+    loop = namespace["loop"]
+    if len(_PATH_LOOPS) < 256:
+        _PATH_LOOPS[lengths] = loop
+    return loop
+
+
+def _generic_loop(items: Iterator[tuple[Any, Any]], result: dict, built: _Built) -> None:
+    # Any key lengths; walks down from the root whenever the parent path changes.
+    empty = empty_node
+    add = built.nodes.append
+    prev: Any = _MISSING
+    parent = result
+    for path, value in items:
+        if value is empty:
+            value = {}
+            built.made.append(value)
+        prefix = path[:-1]
+        if prefix != prev:
+            parent = result
+            for key in prefix:
+                node = parent.get(key)
+                if node is None:
+                    node = parent[key] = {}
+                    add(node)
+                elif built.is_leaf(node):
+                    raise TypeError("a leaf is used as a sub-dict")
+                parent = node
+            prev = prefix
+        parent[path[-1]] = value
+
+
+def _unflatten_joined(xs: Mapping[str, Any], sep: str, built: _Built) -> dict[Any, Any]:
+    # "a/b/c" keys with a one-character separator: the parent is named by the
+    # text before the last separator, so a key is split only when that changes
+    # (splitting every key costs more than all the rest).
+    result: dict[Any, Any] = {}
+    owned: dict[int, dict] = {}  # the sub-dicts built here, by id
+    empty = empty_node
+    prev: Any = None
+    parent = result
+    for key, value in xs.items():
+        if value is empty:
+            value = {}
+        head, found, last = key.rpartition(sep)
+        if head != prev:
+            parent = result
+            if found:
+                for part in head.split(sep):
+                    node = parent.get(part)
+                    if node is None:
+                        node = parent[part] = {}
+                        owned[id(node)] = node
+                    elif id(node) not in owned:
+                        raise TypeError("a leaf is used as a sub-dict")
+                    parent = node
+            # "" is both the root (key "x") and the path ("",) (key "/x"): look
+            # it up again each time.
+            prev = head or None
+        parent[last] = value
+    built.nodes += owned.values()
+    return result
+
+
+def _check_paths(xs: Mapping[Any, Any], error: BaseException | None) -> None:
+    """Raises the error that the keys of ``xs`` deserve (empty path, leaf/sub-dict conflict), if any."""
+    try:
+        keys = {tuple(path) for path in xs}
+    except TypeError:
+        return  # keys that are not sequences of hashables: the original error says it best
+    if () in keys:
+        raise ValueError(
+            "unflatten_dict got an empty path () as a key; every key needs at least one "
+            "part, e.g. ('params',)."
+        ) from None
     for path in xs:
         for i in range(1, len(path)):
             if tuple(path[:i]) in keys:
                 raise ValueError(
                     f"unflatten_dict: key {tuple(path[:i])!r} holds a leaf, but key {path!r} uses "
                     f"it as a sub-dict. {_CONFLICT_FIX}"
-                )
-    raise ValueError(f"unflatten_dict: two keys name the same entry. {_CONFLICT_FIX}")
+                ) from error
 
 
 def path_aware_map(

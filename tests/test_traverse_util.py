@@ -198,3 +198,80 @@ def test_model_param_traversal_on_a_dataclass_field():
     out = tu.t_identity.params.update(
         lambda p: tu.ModelParamTraversal(lambda n, _: True).update(lambda x: -x, p), h)
     assert out.params == {"a": {"kernel": -1}}
+
+
+def _slow_unflatten(flat):
+    # The plain algorithm: walk from the root for every key.
+    out = {}
+    for path, value in flat.items():
+        d = out
+        for k in path[:-1]:
+            d = d.setdefault(k, {})
+        d[path[-1]] = {} if value is tu.empty_node else value
+    return out
+
+
+def _same(a, b):
+    # Equal, with every dict's keys in the same order.
+    if isinstance(a, dict):
+        return isinstance(b, dict) and list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def test_unflatten_mixed_lengths_keeps_order():
+    flat = {
+        ("p", "a", "k"): 1, ("p", "a", "b"): 2, ("p", "x"): 3, ("p", "b", "c", "k"): 4,
+        ("p", "b", "c", "j"): 5, ("p", "a", "z"): 6, ("q",): 7, ("p", "b", "d"): 8,
+        ("p", "b", "c", "i"): 9, ("r", "s", "t", "u", "v", "w", "x", "y", "z"): 10,
+        ("p", "e"): tu.empty_node,
+    }
+    assert _same(tu.unflatten_dict(flat), _slow_unflatten(flat))
+    many = {tuple("abcdefghijkl"[:n]) + ("leaf",): n for n in range(12)}  # 12 lengths
+    assert _same(tu.unflatten_dict(many), _slow_unflatten(many))
+    # Equal but not identical parts still land in the same sub-dict.
+    flat = {("a" * 3, "b"): 1, ("".join(["a"] * 3), "c"): 2}
+    assert tu.unflatten_dict(flat) == {"aaa": {"b": 1, "c": 2}}
+
+
+def test_unflatten_sep_edge_cases():
+    flat = {"x": 1, "/y": 2, "a/b": 3, "/z": 4, "a//c": 6, "a/d": 7}
+    assert tu.unflatten_dict({"": 5, "b": 1}, sep="/") == {"": 5, "b": 1}
+    expected = _slow_unflatten({tuple(k.split("/")): v for k, v in flat.items()})
+    assert _same(tu.unflatten_dict(flat, sep="/"), expected)
+    # A separator that overlaps itself splits like str.split.
+    flat = {"x///y": 1, "x//z": 2}
+    assert tu.unflatten_dict(flat, sep="//") == {"x": {"/y": 1, "z": 2}}
+    with pytest.raises(TypeError, match="needs str keys"):
+        tu.unflatten_dict({("a", "b"): 1}, sep="/")
+    with pytest.raises(AttributeError):  # what Flax raises, too
+        tu.unflatten_dict({1: 1}, sep="/")
+    with pytest.raises(ValueError, match="holds a leaf"):
+        tu.unflatten_dict({"a": 1, "a/b": 2}, sep="/")
+    leaf = {"x": 1}
+    with pytest.raises(ValueError, match="holds a leaf"):
+        tu.unflatten_dict({"a/b": 0, "a": leaf, "a/c": 2}, sep="/")
+    assert leaf == {"x": 1}
+
+
+def test_unflatten_never_writes_into_leaves():
+    arr = [0, 1]
+    with pytest.raises(ValueError, match="holds a leaf"):
+        tu.unflatten_dict({("a",): arr, ("a", 0): 9})
+    assert arr == [0, 1]
+    leaf = {"b": {}}
+    with pytest.raises(ValueError, match="holds a leaf"):
+        tu.unflatten_dict({("x", "y"): 0, ("a",): leaf, ("a", "b", "c"): 1})
+    assert leaf == {"b": {}}
+    with pytest.raises(ValueError, match="holds a leaf"):  # a revisit after other keys
+        tu.unflatten_dict({("a", "b", "c"): 1, ("d", "e", "f"): 2, ("a", "b"): 3, ("a", "b", "g"): 4})
+    with pytest.raises(ValueError, match="holds a leaf"):
+        tu.unflatten_dict({("a",): tu.empty_node, ("a", "b"): 1})
+    ordered = collections.OrderedDict(x=1)
+    with pytest.raises(ValueError, match="holds a leaf"):
+        tu.unflatten_dict({("a",): ordered, ("a", "b"): 1})
+    assert ordered == {"x": 1}
+    # Revisiting a sub-dict built earlier is fine.
+    flat = {("a", "b", "c"): 1, ("d", "e", "f"): 2, ("a", "b", "g"): 3, ("a", "h", "i"): {"leaf": 1}}
+    assert _same(tu.unflatten_dict(flat), _slow_unflatten(flat))
+    with pytest.raises(TypeError):
+        tu.unflatten_dict({1: 2})

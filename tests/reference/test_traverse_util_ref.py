@@ -114,3 +114,21 @@ def test_property_flatten_matches(tree, keep):
     assert list(_normalise_empty(f, ftu.empty_node).items()) == list(
         _normalise_empty(x, xtu.empty_node).items())
     assert ftu.unflatten_dict(f) == xtu.unflatten_dict(x)
+
+
+def _ordered(x):
+    # Nested dicts as nested (key, value) lists: equality then also checks key order.
+    return [(k, _ordered(v)) for k, v in x.items()] if isinstance(x, dict) else x
+
+
+@settings(max_examples=100, deadline=None)
+@given(_nested, st.randoms(use_true_random=False))
+def test_property_unflatten_any_key_order_matches(tree, rnd):
+    # Shuffled keys of mixed lengths: no sub-dict path is a leaf, so Flax's result is the reference.
+    flat = list(ftu.flatten_dict(tree).items())
+    rnd.shuffle(flat)
+    flat = dict(flat)
+    assert _ordered(ftu.unflatten_dict(flat)) == _ordered(xtu.unflatten_dict(flat))
+    joined = {"/".join(k): v for k, v in flat.items()}
+    assert _ordered(ftu.unflatten_dict(joined, sep="/")) == _ordered(
+        xtu.unflatten_dict(joined, sep="/"))
