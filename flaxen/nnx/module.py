@@ -92,13 +92,13 @@ class Module(GraphNode):
 
     def train(self, **attributes: tp.Any) -> None:
         """Training mode: ``deterministic=False``, ``use_running_average=False`` where present."""
-        self.set_attributes(deterministic=False, use_running_average=False, **attributes,
-                            raise_if_not_found=False)
+        self.set_attributes(**{"deterministic": False, "use_running_average": False,
+                               **attributes}, raise_if_not_found=False)
 
     def eval(self, **attributes: tp.Any) -> None:
         """Evaluation mode: ``deterministic=True``, ``use_running_average=True`` where present."""
-        self.set_attributes(deterministic=True, use_running_average=True, **attributes,
-                            raise_if_not_found=False)
+        self.set_attributes(**{"deterministic": True, "use_running_average": True,
+                               **attributes}, raise_if_not_found=False)
 
     def is_initializing(self) -> bool:
         return _INITIALIZING[0]

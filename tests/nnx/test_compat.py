@@ -284,3 +284,14 @@ def test_lazy_attributes_raise_attribute_error():
     assert not hasattr(nnx, "no_such_thing")
     with pytest.raises(AttributeError, match="no_such_thing"):
         nnx.no_such_thing  # noqa: B018
+
+
+def test_nnx_wrapper_dropout_uses_the_linen_dropout_stream():
+    wrapped = compatibility.NNXWrapper(NNXMLP, args=(2, 1))
+    variables = wrapped.init({"params": jax.random.key(0), "dropout": jax.random.key(1)}, X)
+
+    def run(key):
+        return wrapped.apply(variables, X, rngs={"dropout": key}, mutable=["batch_stats"])[0]
+
+    np.testing.assert_array_equal(run(jax.random.key(2)), run(jax.random.key(2)))
+    assert not np.allclose(run(jax.random.key(2)), run(jax.random.key(3)))
