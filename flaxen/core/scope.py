@@ -25,6 +25,7 @@ import collections
 import contextlib
 import functools
 import types
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -96,6 +97,7 @@ class _DuplicateNameError(errors.NameInUseError, ValueError):
 
 
 _SHAPE_CACHE: dict = {}
+_FN_KEYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # initializer -> static_key
 _SHAPE_CACHE_MAX = 4096
 _ABSTRACT_KEY: list = []
 _FunctionType = types.FunctionType
@@ -163,12 +165,18 @@ def _init_shapes(init_fn: Callable, args: tuple, kwargs: dict) -> list[tuple]:
     Initializers are pure in their shape arguments, so the abstract evaluation is done
     once per (initializer, arguments) instead of on every ``param`` read (DESIGN.md,
     "Speed"). The initializer is keyed by :func:`static_key`, so closures re-created on
-    every call hit the cache too. Unhashable arguments or closure contents (arrays,
-    tracers) skip the cache.
+    every call hit the cache too; the key of one initializer object is memoized (as the
+    identity-keyed cache before it, this assumes its closure cells are not rebound later).
+    Unhashable arguments or closure contents (arrays, tracers) skip the cache.
     """
     try:
-        key = (static_key(init_fn), static_key(args),
-               tuple((k, static_key(v)) for k, v in kwargs.items()) if kwargs else None)
+        if type(init_fn) is _FunctionType:  # hashed by identity, weakly referenceable
+            fn_key = _FN_KEYS.get(init_fn)
+            if fn_key is None:
+                fn_key = _FN_KEYS[init_fn] = static_key(init_fn)
+        else:
+            fn_key = static_key(init_fn)
+        key = (fn_key, args, tuple(kwargs.items())) if kwargs else (fn_key, args)
         hit = _SHAPE_CACHE.get(key)
     except (TypeError, ValueError):  # unhashable, or an empty closure cell
         return _compute_init_shapes(init_fn, args, kwargs)
