@@ -134,7 +134,7 @@ def scan(
     cannot be created inside the body). Streams with ``split_rngs[s]=True`` get a fresh key
     per iteration. ``in_axes`` may use :data:`broadcast` for inputs passed whole.
     """
-    del _split_transpose, check_constancy_invariants
+    del check_constancy_invariants
     variable_in_axes, variable_out_axes = _split_in_out_axes(variable_axes)
     variable_in_groups, variable_in_axes = _unzip(variable_in_axes.items())
     variable_out_groups, variable_out_axes = _unzip(variable_out_axes.items())
@@ -231,7 +231,7 @@ def scan(
         carry_in = (init_carry, mutable_carry)
         (carry, cvars_out), (ys, svars_out) = jax.lax.scan(
             body, carry_in, (scan_vars, split_groups, scanned_x),
-            length=size, reverse=reverse, unroll=unroll)
+            length=size, reverse=reverse, unroll=unroll, _split_transpose=_split_transpose)
         svars_out = [meta.add_axis(axes_scan.move_from_front(g, ax), ax, metadata_params)
                      for g, ax in zip(svars_out, variable_out_axes)]
         ys = _move_out(ys, out_axes)

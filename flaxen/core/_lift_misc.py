@@ -60,7 +60,59 @@ def fold_rngs(
     variables: CollectionFilter = True,
     rngs: PRNGSequenceFilter = True,
 ) -> Callable[..., Any]:
-    """Runs ``fn(scope, ...)`` with every lifted stream reseeded by one ``make_rng`` call."""
+    """Lifts ``fn(scope, module_hash_key, *args, **kwargs)``, called as
+    ``fold_rngs(fn)(scope, module_hash_key, *args, **kwargs)`` (as in Flax).
+
+    Inside, every lifted stream restarts from its base key with no name suffix, and the
+    counters stay shared with the outer scopes (keys drawn inside advance them). As in
+    Flax, the counter advance of the first call with a given ``module_hash_key`` (and
+    scope structure) is remembered process-wide, and later calls with that key advance the
+    outer counters by the same amounts (what a cached trace would do), whatever they drew.
+    """
+
+    def wrapper(scope_tree: Any, module_hash_key: Any, *args: Any, **kwargs: Any) -> Any:
+        leaves, treedef = jax.tree_util.tree_flatten(
+            scope_tree, is_leaf=lambda x: isinstance(x, Scope))
+        fingerprint = (module_hash_key, treedef)
+        hash(fingerprint)  # the key must be hashable, as in Flax
+        scopes = [s for s in leaves if isinstance(s, Scope)]
+        before = [dict(s.rng_counters) for s in scopes]
+        def inner(scope_fn, repack_fn, variable_groups, rng_groups, *args, **kwargs):
+            rng_groups = tuple(
+                tuple({name: LazyRng(rng.rng, ()) for name, rng in streams.items()}
+                      for streams in group)
+                for group in rng_groups)
+            scope = scope_fn(variable_groups, rng_groups)
+            y = fn(scope, module_hash_key, *args, **kwargs)
+            return y, repack_fn(scope)
+
+        y = pack(inner, (variables,), (variables,), (rngs,), name="fold_rngs",
+                 enable_kwargs=True)(scope_tree, *args, **kwargs)
+        advance = _FOLD_RNGS_ADVANCE.get(fingerprint)
+        if advance is None:
+            _FOLD_RNGS_ADVANCE[fingerprint] = [
+                {k: v - b.get(k, 0) for k, v in s.rng_counters.items()
+                 if isinstance(v, int)}
+                for s, b in zip(scopes, before)]
+        else:
+            for s, b, adv in zip(scopes, before, advance):
+                for k, v in list(s.rng_counters.items()):
+                    if isinstance(v, int):
+                        s.rng_counters[k] = b.get(k, 0) + adv.get(k, 0)
+        return y
+
+    return wrapper
+
+
+def fold_rngs_reseeded(
+    fn: Callable[..., Any],
+    variables: CollectionFilter = True,
+    rngs: PRNGSequenceFilter = True,
+) -> Callable[..., Any]:
+    """Runs ``fn(scope, ...)`` with every lifted stream reseeded by one ``make_rng`` call.
+
+    The RNG handling of ``flaxen.linen.fold_rngs`` (which matches ``flax.linen.fold_rngs``).
+    """
 
     def wrapper(scope_tree: Any, *args: Any, **kwargs: Any) -> Any:
         roots = jax.tree_util.tree_leaves(scope_tree, is_leaf=lambda x: isinstance(x, Scope))
@@ -75,6 +127,10 @@ def fold_rngs(
                     enable_kwargs=True)(scope_tree, *args, **kwargs)
 
     return wrapper
+
+
+# Counter advance of the first fold_rngs call per (module_hash_key, scope structure).
+_FOLD_RNGS_ADVANCE: dict[Any, list[dict[str, int]]] = {}
 
 
 # -- jit ------------------------------------------------------------------------------------
@@ -174,7 +230,7 @@ def checkpoint(
     ``static_argnums`` count the arguments after the scope.
     """
     if concrete:
-        raise ValueError(
+        raise NotImplementedError(
             "remat(concrete=True) is no longer supported by JAX; use static_argnums for "
             "arguments that drive Python control flow."
         )
@@ -283,7 +339,7 @@ def value_and_grad(
 ) -> tuple[Any, ...]:
     """``(y, grads)`` of scalar ``fn(scope, *primals)`` w.r.t. the primals (a tuple).
 
-    With ``has_aux`` the result is ``((y, aux), grads)``.
+    With ``has_aux`` the result is ``(y, aux, grads)`` (as in Flax).
     """
     del reduce_axes
 
@@ -298,7 +354,7 @@ def value_and_grad(
 
         y, bwd, (aux, out_vars) = jax.vjp(wrapper, *args, has_aux=True)
         grads = bwd(jax.numpy.ones_like(y))
-        return ((y, aux), grads) if has_aux else (y, grads), out_vars
+        return ((y, aux, grads) if has_aux else (y, grads)), out_vars
 
     return pack(inner, (variables,), (variables,), (rngs,), name="value_and_grad")(
         scope, *primals)
@@ -308,7 +364,7 @@ def grad(fn: Callable[..., Any], scope: Scope, *primals: Any, has_aux: bool = Fa
          **kwargs: Any) -> Any:
     """The gradients part of :func:`value_and_grad` (with ``aux``: ``(grads, aux)``)."""
     if has_aux:
-        (_, aux), grads = value_and_grad(fn, scope, *primals, has_aux=True, **kwargs)
+        _, aux, grads = value_and_grad(fn, scope, *primals, has_aux=True, **kwargs)
         return grads, aux
     return value_and_grad(fn, scope, *primals, **kwargs)[1]
 

@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 
 from flaxen import errors
 from flaxen.core import lift, meta
+from flaxen.core._lift_misc import fold_rngs_reseeded
 from flaxen.core.frozen_dict import FrozenDict
 from flaxen.core.scope import CollectionFilter, PRNGSequenceFilter
 from flaxen.linen._interception import named_call
@@ -388,7 +389,7 @@ def fold_rngs(
 
     Keys drawn inside then do not depend on how many were drawn before in the stream.
     """
-    return lift_transform(lift.fold_rngs, target, variables=variables, rngs=rngs,
+    return lift_transform(fold_rngs_reseeded, target, variables=variables, rngs=rngs,
                           class_prefix="Fold_rngs")
 
 
@@ -456,9 +457,14 @@ def value_and_grad(
     >>> Foo().init_with_output(jax.random.PRNGKey(0), jnp.ones((1, 3)))[0]
     (1, 3)
     """
-    return lift_direct_transform(
+    out = lift_direct_transform(
         lift.value_and_grad, (fn,), mdl, *primals, multi_scope=False, has_aux=has_aux,
         reduce_axes=reduce_axes, variables=variables, rngs=rngs)
+    if has_aux:
+        # lift.value_and_grad gives (y, aux, grads), as in Flax; linen nests (y, aux).
+        value, aux, grads = out
+        return (value, aux), grads
+    return out
 
 
 def grad(

@@ -409,3 +409,52 @@ def test_scan_unroll_gives_the_same_result(unroll):
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6),
                            applied, ref)
     assert v["params"]["kernel"].shape == (4, 3, 3)
+
+
+@pytest.mark.parametrize("use_linen", [False, True])
+def test_scan_split_transpose_same_outputs_and_grads(use_linen):
+    xs = jnp.arange(12.0).reshape(4, 3) / 7
+
+    if use_linen:
+        import flaxen.linen as nn
+
+        class Cell(nn.Module):
+            @nn.compact
+            def __call__(self, c, x):
+                c = jnp.tanh(nn.Dense(3)(c) + x)
+                return c, c * 2
+
+        def make(st):
+            return nn.scan(Cell, variable_axes={"params": 0}, split_rngs={"params": True},
+                           length=4, _split_transpose=st)()
+
+        variables = make(False).init(K, jnp.ones(3), xs)
+
+        def loss(v, c, st):
+            c, ys = make(st).apply(v, c, xs)
+            return jnp.sum(c) + jnp.sum(ys ** 2)
+    else:
+        def body(scope, c, x):
+            c = jnp.tanh(dense(scope, c) + x)
+            return c, c * 2
+
+        def make(st):
+            return lambda scope, c: lift.scan(
+                body, variable_axes={"params": 0}, split_rngs={"params": True},
+                _split_transpose=st)(scope, c, xs)
+
+        _, variables = init(make(False))(K, jnp.ones(3))
+
+        def loss(v, c, st):
+            c, ys = apply(make(st))(v, c)
+            return jnp.sum(c) + jnp.sum(ys ** 2)
+
+    outs = [jax.value_and_grad(loss, argnums=(0, 1))(variables, jnp.ones(3), st)
+            for st in (False, True)]
+    for a, b in zip(jax.tree_util.tree_leaves(outs[0]), jax.tree_util.tree_leaves(outs[1])):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_remat_concrete_raises_not_implemented():
+    with pytest.raises(NotImplementedError, match="concrete=True"):
+        lift.checkpoint(dense, concrete=True)

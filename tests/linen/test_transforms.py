@@ -488,3 +488,18 @@ def test_jit_cache_distinguishes_unhashable_fields():
     for value in (1.0, 2.0, 3.0):
         out = J(jnp.full((2,), value)).apply({}, jnp.zeros((2,)))
         np.testing.assert_allclose(out, [value, value])
+
+
+def test_value_and_grad_has_aux_nests_value_and_aux():
+    class Foo(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            d = nn.Dense(2)
+            d(x)
+            (value, aux), (gx,) = nn.value_and_grad(
+                lambda m, x: (jnp.sum(m(x)), m(x)), d, x, has_aux=True)
+            (gx2,), aux2 = nn.grad(lambda m, x: (jnp.sum(m(x)), m(x)), d, x, has_aux=True)
+            return value.shape, aux.shape, gx.shape, gx2.shape, aux2.shape
+
+    out, _ = Foo().init_with_output(jax.random.PRNGKey(0), jnp.ones((1, 3)))
+    assert out == ((), (1, 2), (1, 3), (1, 3), (1, 2))
