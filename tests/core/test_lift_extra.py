@@ -458,3 +458,11 @@ def test_scan_split_transpose_same_outputs_and_grads(use_linen):
 def test_remat_concrete_raises_not_implemented():
     with pytest.raises(NotImplementedError, match="concrete=True"):
         lift.checkpoint(dense, concrete=True)
+
+
+def test_core_reexports_lifted_transforms_like_flax_core():
+    import flaxen.core as core
+
+    for name in ("jit", "vmap", "scan", "remat", "remat_scan", "vjp", "jvp", "custom_vjp",
+                 "while_loop"):
+        assert getattr(core, name) is getattr(core.lift, name), name
