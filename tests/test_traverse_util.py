@@ -228,6 +228,8 @@ def test_unflatten_mixed_lengths_keeps_order():
     assert _same(tu.unflatten_dict(flat), _slow_unflatten(flat))
     many = {tuple("abcdefghijkl"[:n]) + ("leaf",): n for n in range(12)}  # 12 lengths
     assert _same(tu.unflatten_dict(many), _slow_unflatten(many))
+    joined = {"/".join(k): v for k, v in many.items()}
+    assert _same(tu.unflatten_dict(joined, sep="/"), _slow_unflatten(many))
     # Equal but not identical parts still land in the same sub-dict.
     flat = {("a" * 3, "b"): 1, ("".join(["a"] * 3), "c"): 2}
     assert tu.unflatten_dict(flat) == {"aaa": {"b": 1, "c": 2}}
@@ -275,3 +277,23 @@ def test_unflatten_never_writes_into_leaves():
     assert _same(tu.unflatten_dict(flat), _slow_unflatten(flat))
     with pytest.raises(TypeError):
         tu.unflatten_dict({1: 2})
+
+
+def test_unflatten_random_keys_match_plain_algorithm():
+    import random
+
+    rnd = random.Random(0)
+    for _ in range(400):
+        flat = {}
+        for _ in range(rnd.randint(1, 12)):
+            path = tuple(rnd.choice("ab") for _ in range(rnd.randint(1, 5)))
+            flat[path] = rnd.choice([1, None, tu.empty_node, [2]])
+        keys = set(flat)
+        conflict = any(p[:i] in keys for p in flat for i in range(1, len(p)))
+        if conflict:
+            with pytest.raises(ValueError):
+                tu.unflatten_dict(flat)
+        else:
+            assert _same(tu.unflatten_dict(flat), _slow_unflatten(flat)), flat
+            joined = {"/".join(k): v for k, v in flat.items()}
+            assert _same(tu.unflatten_dict(joined, sep="/"), _slow_unflatten(flat))
