@@ -159,6 +159,23 @@ def static_key(x: Any, _depth: int = 0) -> Any:
     return x
 
 
+class _HashedKey:
+    """A static key with its hash computed once (hashing code objects is not free)."""
+
+    __slots__ = ("key", "hash")
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+        self.hash = hash(key)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, _HashedKey) and self.hash == other.hash
+                                 and self.key == other.key)
+
+
 def _init_shapes(init_fn: Callable, args: tuple, kwargs: dict) -> list[tuple]:
     """Leaf shapes ``init_fn(rng, *args, **kwargs)`` would produce, cached per call signature.
 
@@ -173,9 +190,9 @@ def _init_shapes(init_fn: Callable, args: tuple, kwargs: dict) -> list[tuple]:
         if type(init_fn) is _FunctionType:  # hashed by identity, weakly referenceable
             fn_key = _FN_KEYS.get(init_fn)
             if fn_key is None:
-                fn_key = _FN_KEYS[init_fn] = static_key(init_fn)
+                fn_key = _FN_KEYS[init_fn] = _HashedKey(static_key(init_fn))
         else:
-            fn_key = static_key(init_fn)
+            fn_key = _HashedKey(static_key(init_fn))
         key = (fn_key, args, tuple(kwargs.items())) if kwargs else (fn_key, args)
         hit = _SHAPE_CACHE.get(key)
     except (TypeError, ValueError):  # unhashable, or an empty closure cell
