@@ -110,6 +110,13 @@ def make_dataclass(cls: type, kw_only: bool = False) -> None:
     )
     if own_setattr is not None:
         cls.__setattr__ = own_setattr
+    # The base Module declares parent and name, so dataclasses lists them first; Flax lists
+    # them last (dataclasses.fields, astuple, the keyword order of __init__).
+    declared = cls.__dataclass_fields__
+    if any(n in declared for n in _RESERVED):
+        reordered = {k: f for k, f in declared.items() if k not in _RESERVED}
+        reordered.update({k: declared[k] for k in _RESERVED if k in declared})
+        cls.__dataclass_fields__ = reordered
     fields = list(cls.__dataclass_fields__.values())
     has_initvar = any(f._field_type is dataclasses._FIELD_INITVAR for f in fields)
     if not has_initvar:  # InitVars need dataclasses' own __init__ (rare)

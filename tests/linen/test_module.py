@@ -382,3 +382,22 @@ def test_variables_property_and_variable_api():
     assert "counter" in seen
     with pytest.raises(ValueError, match="unbound"):
         Counter().variables  # noqa: B018
+
+
+def test_parent_and_name_are_the_last_dataclass_fields_as_in_flax():
+    import dataclasses
+    import inspect
+
+    class M(nn.Module):
+        a: int
+        b: int = 2
+
+    class K(nn.Module, kw_only=True):
+        a: int
+        b: int = 2
+
+    assert [f.name for f in dataclasses.fields(M)] == ["a", "b", "parent", "name"]
+    assert list(inspect.signature(K).parameters) == ["a", "b", "parent", "name"]
+    assert all(p.kind is p.KEYWORD_ONLY for p in inspect.signature(K).parameters.values())
+    m = M(1, name="m")
+    assert (m.a, m.b, m.name) == (1, 2, "m") and M(1) == M(1) and hash(M(1)) == hash(M(1))
