@@ -111,7 +111,10 @@ def _abstract_key() -> jax.ShapeDtypeStruct:
 
 
 def _leaf_shapes(tree: Any) -> list[tuple]:
-    leaves = jax.tree_util.tree_leaves(meta.unbox(tree))
+    # Metadata boxes are pytree nodes over their value, so flattening reaches the arrays
+    # without unbox(), which for a Partitioned with a mesh would apply a sharding
+    # constraint to what may be a ShapeDtypeStruct.
+    leaves = jax.tree_util.tree_leaves(tree)
     return [tuple(np.shape(leaf)) for leaf in leaves]
 
 

@@ -214,10 +214,6 @@ def test_vmap_partitioned_params_gain_the_axis_and_give_shardings():
     np.testing.assert_array_equal(apply(fn)(v, jnp.full((4, 2), 2.0)), jnp.full((4, 2), 2.0))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "flaxen bug (flaxen/core/scope.py _leaf_shapes): the param shape check unboxes the "
-    "jax.eval_shape result, so Partitioned(mesh=...).unbox() calls with_sharding_constraint "
-    "on a ShapeDtypeStruct -> TypeError on every read of an existing param"))
 def test_partitioned_param_with_mesh_can_be_read_back():
     mesh = _mesh()
     init_fn = meta.with_partitioning(jax.nn.initializers.ones, ("model",), mesh=mesh)
