@@ -23,6 +23,7 @@ computation to float rounding; see ``dot_product_attention`` for the exact rule.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -397,20 +398,27 @@ def _fused_applies(query, key, value, precision) -> bool:
     )
 
 
+def _flatten_batch_scaled(query, key, value):
+    """Batch axes flattened into one, and the query pre-scaled by 1/sqrt(depth).
+
+    Scaling the query before the product is the plain path's order of operations, so the
+    logits round the same way. Returns ``(batch_shape, n, q, k, v)``.
+    """
+    batch = query.shape[:-3]
+    nb = math.prod(batch)
+    q = query.reshape((nb,) + query.shape[-3:])
+    k = key.reshape((nb,) + key.shape[-3:])
+    v = value.reshape((nb,) + value.shape[-3:])
+    return batch, nb, q / jnp.sqrt(q.shape[-1]).astype(q.dtype), k, v
+
+
 def _fused(query, key, value, bias, mask):
     """``jax.nn.dot_product_attention`` on 4-D inputs (batch axes flattened into one).
 
     The query is scaled before the product and ``scale=1`` passed, the order of operations
     of the plain path, so the logits round the same way.
     """
-    batch = query.shape[:-3]
-    nb = 1
-    for d in batch:
-        nb *= d
-    q = query.reshape((nb,) + query.shape[-3:])
-    k = key.reshape((nb,) + key.shape[-3:])
-    v = value.reshape((nb,) + value.shape[-3:])
-    q = q / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+    batch, nb, q, k, v = _flatten_batch_scaled(query, key, value)
     if mask is not None:
         mask = _weights_layout(jnp.asarray(mask).astype(bool), batch, nb, 0, True)
     if bias is not None:
@@ -425,15 +433,8 @@ def _fused(query, key, value, bias, mask):
 def _blockwise(query, key, value, bias, mask, precision, force_fp32):
     """Flattens batch axes, pads q_length to whole blocks and runs the blockwise kernel."""
     dtype = query.dtype
-    batch = query.shape[:-3]
     q_len = query.shape[-3]
-    nb = 1
-    for d in batch:
-        nb *= d
-    q = query.reshape((nb,) + query.shape[-3:])
-    k = key.reshape((nb,) + key.shape[-3:])
-    v = value.reshape((nb,) + value.shape[-3:])
-    q = q / jnp.sqrt(q.shape[-1]).astype(dtype)
+    batch, nb, q, k, v = _flatten_batch_scaled(query, key, value)
 
     block = min(_Q_BLOCK, q_len)
     pad = -q_len % block
