@@ -17,7 +17,7 @@ import types
 import typing as tp
 
 from flaxen.nnx import _trace
-from flaxen.nnx._graph_engine import GraphNode, _Identity
+from flaxen.nnx._graph_engine import GraphNode, _Identity, var_def_paths
 from flaxen.nnx.state import State
 from flaxen.nnx.variables import Variable, VariableState
 
@@ -67,25 +67,9 @@ class _Source:
 
 
 def _var_paths(defs: tuple) -> list[tuple[tuple, tuple]] | None:
-    """``(path, var def)`` of each Variable in walk order, as the interpreter sees them."""
-    out: list = []
-    count = [0]
-
-    def walk(d: tuple, path: tuple) -> None:
-        count[0] += 1
-        kind = d[0]
-        if kind == "var":
-            out.append((path, d))
-        elif kind == "node":
-            for name, s in d[3]:
-                walk(s, (*path, name))
-        elif kind == "tree":
-            for keys, s in zip(d[4], d[2]):
-                walk(s, (*path, *keys))
-
-    for d in defs:
-        walk(d, ())
-    if count[0] > _MAX_OBJECTS:
+    """``(path, var def)`` of each Variable in walk order, or None for graphs too large."""
+    out, count = var_def_paths(defs)
+    if count > _MAX_OBJECTS:
         return None
     return out
 

@@ -425,3 +425,27 @@ def var_outer_indices(defs: tuple) -> list[int]:
     for d in defs:
         walk(d)
     return out
+
+
+def var_def_paths(defs: tuple) -> tuple[list[tuple[tuple, tuple]], int]:
+    """``(path, var def)`` of each Variable under the node defs, in walk order, and the
+    number of defs visited (nodes, trees and variables alike)."""
+    out: list = []
+    count = 0
+
+    def walk(d: tuple, path: tuple) -> None:
+        nonlocal count
+        count += 1
+        kind = d[0]
+        if kind == "var":
+            out.append((path, d))
+        elif kind == "node":
+            for name, s in d[3]:
+                walk(s, (*path, name))
+        elif kind == "tree":
+            for keys, s in zip(d[4], d[2]):
+                walk(s, (*path, *keys))
+
+    for d in defs:
+        walk(d, ())
+    return out, count

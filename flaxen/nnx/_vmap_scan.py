@@ -221,22 +221,7 @@ def vmap(
 
 
 def _col_paths(col: _lift.Collected) -> list[tuple]:
-    paths: list[tuple] = []
-
-    def walk(d: tuple, path: tuple) -> None:
-        kind = d[0]
-        if kind == "var":
-            paths.append(path)
-        elif kind == "node":
-            for name, s in d[3]:
-                walk(s, (*path, name))
-        elif kind == "tree":
-            for keys, s in zip(d[4], d[2]):
-                walk(s, (*path, *keys))
-
-    for d in col.defs:
-        walk(d, ())
-    return paths
+    return [path for path, _ in eng.var_def_paths(col.defs)[0]]
 
 
 def _from_axis0(x: tp.Any, axis: tp.Any) -> tp.Any:
