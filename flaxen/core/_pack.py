@@ -16,10 +16,9 @@ keys drawn inside are the ones Flax draws (``split_rngs`` splits the underlying 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import jax
 
@@ -33,22 +32,9 @@ from flaxen.core._filters import (
 )
 from flaxen.core._rng import LazyRng
 from flaxen.core.scope import Scope, _copy_dicts
+from flaxen.typing import In, Out  # the axis markers live with the public type aliases
 
 T = TypeVar("T")
-
-
-@dataclasses.dataclass(frozen=True)
-class In(Generic[T]):
-    """Marks a ``variable_axes`` entry that applies to inputs only."""
-
-    axis: T
-
-
-@dataclasses.dataclass(frozen=True)
-class Out(Generic[T]):
-    """Marks a ``variable_axes`` entry that applies to outputs only."""
-
-    axis: T
 
 
 def _split_in_out_axes(xs: Mapping[CollectionFilter, Any]) -> tuple[dict, dict]:
