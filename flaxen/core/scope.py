@@ -32,7 +32,7 @@ from typing import Any, Generic, TypeVar
 import jax
 import numpy as np
 
-from flaxen import errors
+from flaxen import errors, traceback_util
 from flaxen.configurations import config
 from flaxen.core import meta
 from flaxen.core._filters import (
@@ -747,6 +747,7 @@ def _unfreeze_variables(variables: Mapping, mutable: CollectionFilter) -> dict:
     return out
 
 
+@traceback_util.api_boundary
 def bind(
     variables: VariableDict,
     rngs: Mapping[str, PRNGKey] | None = None,
@@ -795,6 +796,7 @@ def apply(
     """
     check_filter(mutable)
 
+    @traceback_util.api_boundary
     @functools.wraps(fn)
     def wrapper(variables: VariableDict, *args: Any, rngs: Any = None, **kwargs: Any):
         if rngs is not None and not isinstance(rngs, Mapping):
@@ -828,6 +830,7 @@ def init(
     """
     check_filter(mutable)
 
+    @traceback_util.api_boundary
     @functools.wraps(fn)
     def wrapper(rngs: Any, *args: Any, **kwargs: Any):
         if not isinstance(rngs, Mapping):
@@ -863,6 +866,7 @@ def lazy_init(
 
     init_fn = init(fn, mutable=mutable, flags=flags)
 
+    @traceback_util.api_boundary
     @functools.wraps(fn)
     def wrapper(rngs: Any, *args: Any, **kwargs: Any):
         return lazy_call(lambda *a, **k: init_fn(rngs, *a, **k)[1], args, kwargs)

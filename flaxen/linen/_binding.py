@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from flaxen import errors
+from flaxen import errors, traceback_util
 from flaxen.core import scope as core_scope
 from flaxen.core.scope import DenyList, union_filters
 from flaxen.linen._naming import try_setup
@@ -191,6 +191,7 @@ def init(fn: Callable[..., Any], module: Any, mutable: Any = INIT_MUTABLE,
     """
     wrapped = init_with_output(fn, module, mutable, capture_intermediates)
 
+    @traceback_util.api_boundary
     def init_fn(rngs: Any, *args: Any, **kwargs: Any) -> Any:
         return wrapped(rngs, *args, **kwargs)[1]
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import jax.numpy as jnp
 
-from flaxen import errors
+from flaxen import errors, traceback_util
 from flaxen.core.scope import Scope, Variable, static_key
 from flaxen.linen import _binding, _dataclass
 from flaxen.linen._naming import bind_new_module, register_submodules, try_setup
@@ -149,6 +149,7 @@ class Module(ModuleBase):
         """A copy attached to the running Module (by default), auto-named unless ``name``."""
         return _binding.clone(self, parent, True, False, {"name": name, **updates})
 
+    @traceback_util.api_boundary
     def bind(self: M, variables: Mapping[str, Mapping[str, Any]], *args: Any,
              rngs: Any = None, mutable: Any = False) -> M:
         """A copy of this Module bound to ``variables`` (and ``rngs``), for interactive use.
@@ -172,6 +173,7 @@ class Module(ModuleBase):
 
     # -- init / apply ---------------------------------------------------------------
 
+    @traceback_util.api_boundary
     def init_with_output(self, rngs: Any, *args: Any, method: Any = None,
                          mutable: Any = _INIT_MUTABLE, capture_intermediates: Any = False,
                          **kwargs: Any) -> tuple[Any, Any]:
@@ -181,6 +183,7 @@ class Module(ModuleBase):
         return _binding.init_with_output(fn, self, mutable, capture_intermediates)(
             rngs, *args, **kwargs)
 
+    @traceback_util.api_boundary
     def init(self, rngs: Any, *args: Any, method: Any = None, mutable: Any = _INIT_MUTABLE,
              capture_intermediates: Any = False, **kwargs: Any) -> Any:
         """Initializes the variables by running ``method`` (default ``__call__``).
@@ -203,6 +206,7 @@ class Module(ModuleBase):
         return _binding.init_with_output(fn, self, mutable, capture_intermediates)(
             rngs, *args, **kwargs)[1]
 
+    @traceback_util.api_boundary
     def lazy_init(self, rngs: Any, *args: Any, method: Any = None,
                   mutable: Any = _INIT_MUTABLE, **kwargs: Any) -> Any:
         """Initializes from input shapes only (``jax.ShapeDtypeStruct`` inputs allowed)."""
@@ -210,6 +214,7 @@ class Module(ModuleBase):
         fn = _binding.resolve_method(self, method)
         return _binding.lazy_init(fn, self, mutable)(rngs, *args, **kwargs)
 
+    @traceback_util.api_boundary
     def apply(self, variables: Mapping[str, Mapping[str, Any]], *args: Any, rngs: Any = None,
               method: Any = None, mutable: Any = False, capture_intermediates: Any = False,
               **kwargs: Any) -> Any:

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flaxen import traceback_util
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import _lift, filterlib
 from flaxen.nnx.module import Module
@@ -136,6 +137,7 @@ def vmap(
 ) -> tp.Callable[..., tp.Any]:
     """Lifted ``jax.vmap`` over graph nodes (see the module docstring)."""
 
+    @traceback_util.api_boundary
     @functools.wraps(f)
     def wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         prepared = _lift.Prepared(args, kwargs)
@@ -259,6 +261,7 @@ def scan(
     ``state_axes`` is sliced per step and restacked; broadcast (``None``) state is carried,
     so updates to it are visible after the scan."""
 
+    @traceback_util.api_boundary
     @functools.wraps(f)
     def wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         args = list(args)

@@ -3,7 +3,9 @@
 ``split(node)`` returns a :class:`GraphDef` (hashable: types, attribute names, static values,
 shared references) and a :class:`~flaxen.nnx.State` of VariableStates; ``merge(graphdef,
 state)`` builds an equal, independent object graph. Shared submodules and Variables stay
-shared (one object in, one object out) and reference cycles are handled.
+shared (one object in, one object out) and reference cycles are handled. ``flatten`` /
+``unflatten`` are the same operations with the object <-> index maps exposed, which is what
+a transform needs to write changes back into the objects it was given.
 
 >>> from flaxen import nnx
 >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
@@ -19,60 +21,47 @@ shared (one object in, one object out) and reference cycles are handled.
 from __future__ import annotations
 
 import typing as tp
+from collections.abc import MutableMapping
 
-from flaxen.nnx import _codegen, filterlib
+import jax
+
+from flaxen.errors import GraphStateMismatchError, NNXFilterError, NotAGraphNodeError
+from flaxen.nnx import _codegen, _graphdef, filterlib
 from flaxen.nnx import _graph_engine as eng
+from flaxen.nnx._graph_node import GraphNode
+from flaxen.nnx._graphdef import NodeDef, PytreeType, VariableDef
 from flaxen.nnx.state import State
 from flaxen.nnx.variables import EMPTY, Variable, VariableState, _make_state
 
-GraphNode = eng.GraphNode
+__all__ = [
+    "GraphDef", "GraphNode", "PytreeType", "RefMap", "Static", "UpdateContext", "clone",
+    "compose_mapping", "compose_mapping_reversed", "flatten", "graph_update_static",
+    "graphdef", "is_node", "iter_graph", "merge", "pop", "split", "state", "unflatten",
+    "update",
+]
+
 _COMPILE_AT = 3
 Node = tp.TypeVar("Node")
+_flatten_pytree = eng.flatten_pytree
+_unflatten_pytree = eng.unflatten_pytree
+graph_update_static = eng.graph_update_static
 
 
-class GraphDef(tp.Generic[Node]):
-    """The static part of a split graph. Hashable; equal graphs give equal GraphDefs."""
+class GraphDef(_graphdef.GraphDef[Node]):
+    """The static part of a split graph. Hashable; equal graphs give equal GraphDefs.
 
-    __slots__ = ("defs", "_hash", "_uses", "_states_fn", "_merge_fn", "__weakref__")
+    A pytree without leaves, so it may be passed to (and returned from) ``jax.jit``.
+    """
 
-    def __init__(self, defs: tuple) -> None:
-        self.defs = defs
-        self._hash = hash(defs)
-        # Generated split/merge code is compiled on the third use: a definition used once or
-        # twice (a one-off split, a clone) would not repay the compile.
-        self._uses = 0
-        self._states_fn: tp.Any = None
-        self._merge_fn: tp.Any = None
-
-    def __getstate__(self) -> tuple:
-        return (self.defs,)  # generated code is per process and cannot be pickled
-
-    def __setstate__(self, state: tuple) -> None:
-        self.__init__(state[0])
+    __slots__ = ()
 
     def _compile(self) -> None:
+        # Generated split/merge code is compiled on the third use: a definition used once or
+        # twice (a one-off split, a clone) would not repay the compile.
         self._uses += 1
         if self._uses == _COMPILE_AT:
             self._states_fn = _codegen.make_states_fn(self.defs)
             self._merge_fn = _codegen.make_merge_fn(self.defs)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return self is other or (
-            isinstance(other, GraphDef) and self._hash == other._hash and self.defs == other.defs
-        )
-
-    def __repr__(self) -> str:
-        from flaxen.nnx.visualization import graphdef_repr
-
-        return graphdef_repr(self)
-
-    @property
-    def type(self) -> type:
-        d = self.defs[0]
-        return d[1] if d[0] in ("node", "var") else type(None)
 
     def merge(self, state: tp.Mapping, /, *states: tp.Mapping) -> Node:
         return merge(self, state, *states)
@@ -83,8 +72,11 @@ class GraphDef(tp.Generic[Node]):
 
     def make_empty(self) -> Node:
         """The node with every Variable holding :data:`~flaxen.nnx.EMPTY`."""
-        n = len(eng.var_outer_indices(self.defs))
-        return eng.unflatten(self.defs, [EMPTY] * n)[0]
+        n = len(_graphdef.var_defs(self.defs))
+        return eng.unflatten(self.defs, [EMPTY] * n)[0][0]
+
+
+jax.tree_util.register_pytree_node(GraphDef, lambda g: ((), g), lambda g, _: g)
 
 
 class _ApplyCaller:
@@ -107,6 +99,59 @@ class _ApplyCaller:
         return lambda *args, **kwargs: self._call(name, args, kwargs)
 
 
+class Static(tp.Generic[Node]):
+    """Wraps a hashable value so it passes through JAX transforms as static metadata."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Node) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Static) and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+
+jax.tree_util.register_pytree_node(Static, lambda s: ((), s.value), lambda v, _: Static(v))
+
+
+class RefMap(MutableMapping):
+    """A dict keyed by object identity (graph nodes and Variables) -> walk index."""
+
+    def __init__(self, items: tp.Iterable[tuple[tp.Any, int]] = ()) -> None:
+        self._data: dict[int, tuple[tp.Any, int]] = {}
+        for k, v in items:
+            self[k] = v
+
+    def __getitem__(self, key: tp.Any) -> int:
+        return self._data[id(key)][1]
+
+    def __setitem__(self, key: tp.Any, value: int) -> None:
+        self._data[id(key)] = (key, value)
+
+    def __delitem__(self, key: tp.Any) -> None:
+        del self._data[id(key)]
+
+    def __contains__(self, key: object) -> bool:
+        return id(key) in self._data
+
+    def __iter__(self) -> tp.Iterator[tp.Any]:
+        return (k for k, _ in self._data.values())
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"RefMap({len(self)} objects)"
+
+
+def is_node(x: tp.Any) -> bool:
+    """True for what split accepts as a root: graph nodes and pytree containers."""
+    return isinstance(x, GraphNode) or eng.is_pytree_node(x)
+
+
 def _intern(new: eng.FlatGraph, old: eng.FlatGraph | None) -> None:
     gd = GraphDef(new.defs)
     if old is not None and old.graphdef == gd:
@@ -120,39 +165,43 @@ def flatten_node(node: tp.Any) -> eng.FlatGraph:
 
 
 def _check_node(node: tp.Any, fn: str) -> None:
-    if not isinstance(node, (GraphNode, Variable, list, dict, tuple)):
-        raise TypeError(
-            f"nnx.{fn} expects a graph node (an nnx.Module, Rngs, ...) or a container of them, "
-            f"got {type(node).__name__}."
-        )
+    if not isinstance(node, (GraphNode, Variable, list, dict, tuple, State)) \
+            and not eng.is_pytree_node(node):
+        raise NotAGraphNodeError(
+            "", f"nnx.{fn} expects a graph node or a container of them, got a "
+            f"{type(node).__name__}")
 
 
-def _states_from_flat(fg: eng.FlatGraph, filters: tuple) -> tuple[State, ...]:
-    variables = fg.variables
+def _leaf_state(x: tp.Any) -> tp.Any:
+    if isinstance(x, Variable):
+        return _make_state(type(x), x.raw_value, x._var_metadata)
+    return x
+
+
+def _states_from_flat(fg: eng.FlatGraph, filters: tuple, exhaustive: bool = True
+                      ) -> tuple[State, ...]:
+    leaves = fg.leaves
     paths = fg.paths
     if not filters:
         gd = fg.graphdef
         fn = gd._states_fn
         if fn is not None:
-            return (fn(variables),)
+            return (fn(leaves),)
         if gd._uses < _COMPILE_AT:
             gd._compile()
-        items = [(p, _make_state(type(v), v.raw_value, v._var_metadata))
-                 for p, v in zip(paths, variables)]
-        return (_nest(items),)
+        return (_nest([(p, _leaf_state(v)) for p, v in zip(paths, leaves)]),)
     preds = filterlib.filters_to_predicates(filters)
     buckets: list[list] = [[] for _ in preds]
-    for p, v in zip(paths, variables):
+    for p, v in zip(paths, leaves):
         for i, pred in enumerate(preds):
             if pred(p, v):
-                buckets[i].append((p, _make_state(type(v), v.raw_value, v._var_metadata)))
+                buckets[i].append((p, _leaf_state(v)))
                 break
         else:
-            raise ValueError(
-                f"nnx.split: the {type(v).__name__} at path {eng._path_str(p)} matches none of "
-                f"the filters {list(filters)!r}. A list of filters must cover every Variable: "
-                "add one for it, or end the list with '...' to take the rest."
-            )
+            if exhaustive:
+                raise NNXFilterError(
+                    eng.path_str(p), f"Non-exhaustive filters, got a non-empty remainder: the "
+                    f"{type(v).__name__} here matches none of the filters {list(filters)!r}")
     return tuple(_nest(b) for b in buckets)
 
 
@@ -189,63 +238,76 @@ def state(node: Node, *filters: filterlib.Filter) -> State | tuple[State, ...]:
     """The node's State, or one State per filter (variables matching none are left out)."""
     _check_node(node, "state")
     fg = flatten_node(node)
-    if not filters:
-        return _states_from_flat(fg, ())[0]
-    preds = filterlib.filters_to_predicates(filters)
-    buckets: list[list] = [[] for _ in preds]
-    for p, v in zip(fg.paths, fg.variables):
-        for i, pred in enumerate(preds):
-            if pred(p, v):
-                buckets[i].append((p, _make_state(type(v), v.raw_value, v._var_metadata)))
-                break
-    states = tuple(_nest(b) for b in buckets)
+    states = _states_from_flat(fg, filters, exhaustive=False)
     return states[0] if len(states) == 1 else states
+
+
+def flatten(node: Node) -> tuple[GraphDef[Node], State, RefMap]:
+    """``(graphdef, state, refmap)``: :func:`split` plus the map from each shared object
+    (graph node or Variable) to its index in the definition."""
+    _check_node(node, "flatten")
+    fg = flatten_node(node)
+    return fg.graphdef, _states_from_flat(fg, ())[0], RefMap(
+        (obj, i) for i, obj in enumerate(fg.refs))
+
+
+def unflatten(graphdef: GraphDef[Node], state: tp.Mapping, /, *,
+              idxmap: tp.Mapping[int, tp.Any] | None = None) -> tuple[Node, dict[int, tp.Any]]:
+    """``(node, {index: object})``: :func:`merge`, reusing (and updating in place) the
+    objects ``idxmap`` gives for definition indices instead of building new ones."""
+    if not isinstance(graphdef, _graphdef.GraphDef):
+        raise NotAGraphNodeError("", f"nnx.graph.unflatten expects a GraphDef first, got a "
+                                 f"{type(graphdef).__name__}", "Pass the graphdef from split.")
+    leaves = _leaves_from_states(graphdef.defs, (state,), "unflatten")
+    roots, built = eng.unflatten(graphdef.defs, leaves, idxmap)
+    return roots[0], built
+
+
+def compose_mapping(map_ab: tp.Mapping[tp.Any, tp.Any], map_bc: tp.Mapping[tp.Any, tp.Any]
+                    ) -> dict[tp.Any, tp.Any]:
+    """``{a: c}`` for each ``a -> b`` in ``map_ab`` whose ``b`` is a key of ``map_bc``."""
+    return {a: map_bc[b] for a, b in map_ab.items() if b in map_bc}
+
+
+def compose_mapping_reversed(map_ab: tp.Mapping[tp.Any, tp.Any],
+                             map_bc: tp.Mapping[tp.Any, tp.Any]) -> dict[tp.Any, tp.Any]:
+    """``{c: a}`` for each ``a -> b`` in ``map_ab`` whose ``b`` is a key of ``map_bc``."""
+    return {map_bc[b]: a for a, b in map_ab.items() if b in map_bc}
 
 
 def _leaves_from_states(defs: tuple, states: tp.Sequence[tp.Mapping], what: str,
                         allow_missing: bool = False) -> list:
-    """Values for each Variable of ``defs`` (walk order), looked up along the graph's paths."""
+    """Values for each leaf of ``defs`` (walk order), looked up along the graph's paths."""
     leaves: list = []
     raw = [s._mapping if isinstance(s, State) else s for s in states]
 
     def sub(ms: list, key: tp.Any) -> list:
         out = []
         for m in ms:
-            v = m.get(key, _NONE) if m is not None else _NONE
+            v = m.get(key, _NONE) if isinstance(m, dict) else _NONE
             out.append(None if v is _NONE else (v._mapping if isinstance(v, State) else v))
         return out
 
-    def walk(d: tuple, ms: list, path: tuple) -> None:
-        kind = d[0]
-        if kind == "var":
+    def walk(d: tp.Any, ms: list, path: tuple) -> None:
+        t = type(d)
+        if t is VariableDef:
             for m in reversed(ms):  # later states win
                 if m is not None:
                     leaves.append(m)
                     return
             if allow_missing:
-                leaves.append(_NONE)
+                leaves.append(eng.MISSING)
                 return
-            raise ValueError(
-                f"nnx.{what}: no value for the {d[1].__name__} at path {eng._path_str(path)}. "
-                "The states do not match this graph definition: pass the states split from "
-                "the same model (or a model of the same structure)."
-            )
-        if kind == "node":
+            raise GraphStateMismatchError(
+                eng.path_str(path), f"nnx.{what}: Expected key for Variable but was not found "
+                f"in state (the graph has a {d.type.__name__} here)")
+        if t is NodeDef:
             names = set()
-            for name, s in d[3]:
-                names.add(name)
-                walk(s, sub(ms, name), (*path, name))
-            _check_extra(ms, names, path, what)
-        elif kind == "tree":
-            firsts = set()
-            for keys, s in zip(d[4], d[2]):
-                cur, p = ms, path
-                for k in keys:
-                    cur, p = sub(cur, k), (*p, k)
-                if keys:
-                    firsts.add(keys[0])
-                walk(s, cur, p)
-            _check_extra(ms, firsts, path, what)
+            for k, s in d.attributes:
+                names.add(k)
+                walk(s, sub(ms, k), (*path, k))
+            if not allow_missing:
+                _check_extra(ms, names, path, what)
 
     for d in defs:
         walk(d, raw, ())
@@ -254,17 +316,14 @@ def _leaves_from_states(defs: tuple, states: tp.Sequence[tp.Mapping], what: str,
 
 def _check_extra(ms: list, names: set, path: tuple, what: str) -> None:
     for m in ms:
-        if m is None or not isinstance(m, dict):
+        if not isinstance(m, dict) or (len(m) <= len(names) and names.issuperset(m)):
             continue
-        if len(m) > len(names) or not names.issuperset(m):
-            extra = [k for k in m if k not in names]
-            if extra:
-                raise ValueError(
-                    f"nnx.{what}: the state has {eng._path_str((*path, extra[0]))}, which the "
-                    f"graph definition does not have (it has {sorted(map(str, names))} at "
-                    f"{eng._path_str(path)}). The graphdef and state come from models of "
-                    "different structure; split them from the same model."
-                )
+        extra = [k for k in m if k not in names]
+        if extra:
+            raise GraphStateMismatchError(
+                eng.path_str((*path, extra[0])), f"nnx.{what}: the state has an entry here "
+                f"that the graph definition does not have (it has {sorted(map(str, names))} "
+                f"at {eng.path_str(path)})")
 
 
 _NONE = object()
@@ -272,9 +331,10 @@ _NONE = object()
 
 def merge(graphdef: GraphDef[Node], state: tp.Mapping, /, *states: tp.Mapping) -> Node:
     """A fresh object graph from ``graphdef`` and the union of the states."""
-    if not isinstance(graphdef, GraphDef):
-        raise TypeError(f"nnx.merge expects a GraphDef first, got {type(graphdef).__name__}.")
-    if not states and type(state) is State:
+    if not isinstance(graphdef, _graphdef.GraphDef):
+        raise NotAGraphNodeError("", f"nnx.merge expects a GraphDef first, got a "
+                                 f"{type(graphdef).__name__}", "Pass the graphdef from split.")
+    if not states and type(state) is State and type(graphdef) is GraphDef:
         fn = graphdef._merge_fn
         if fn is not None:
             node = fn(state)
@@ -283,7 +343,7 @@ def merge(graphdef: GraphDef[Node], state: tp.Mapping, /, *states: tp.Mapping) -
         elif graphdef._uses < _COMPILE_AT:
             graphdef._compile()
     leaves = _leaves_from_states(graphdef.defs, (state, *states), "merge")
-    return eng.unflatten(graphdef.defs, leaves)[0]
+    return eng.unflatten(graphdef.defs, leaves)[0][0]
 
 
 def update(node: Node, state: tp.Mapping, /, *states: tp.Mapping) -> None:
@@ -292,39 +352,46 @@ def update(node: Node, state: tp.Mapping, /, *states: tp.Mapping) -> None:
     fg = flatten_node(node)
     leaves = _leaves_from_states(fg.graphdef.defs, (state, *states), "update",
                                  allow_missing=True)
-    for var, leaf in zip(fg.variables, leaves):
-        if leaf is _NONE:
+    arrays = False
+    for var, leaf in zip(fg.leaves, leaves):
+        if leaf is eng.MISSING:
             continue
-        if isinstance(leaf, VariableState):
+        if not isinstance(var, Variable):
+            arrays = True
+        elif isinstance(leaf, VariableState):
             object.__setattr__(var, "raw_value", leaf.value)
             if leaf._var_metadata != var._var_metadata:
                 object.__setattr__(var, "_var_metadata", dict(leaf._var_metadata))
                 eng._EPOCH[0] += 1
         elif isinstance(leaf, Variable):
-            var.copy_from(leaf)
+            object.__setattr__(var, "raw_value", leaf.raw_value)
+            object.__setattr__(var, "_var_metadata", dict(leaf._var_metadata))
         else:
-            var.value = leaf
+            object.__setattr__(var, "raw_value", leaf)
+    if arrays:  # bare arrays live in their owner's __dict__: rebuild those in place
+        eng.unflatten(fg.defs, leaves, dict(enumerate(fg.refs)))
 
 
 def pop(node: Node, *filters: filterlib.Filter) -> State | tuple[State, ...]:
     """Removes the Variables matching ``filters`` from ``node`` and returns them as States."""
     _check_node(node, "pop")
     if not filters:
-        raise ValueError("nnx.pop needs at least one filter saying which Variables to remove.")
+        raise NNXFilterError("", "nnx.pop needs at least one filter saying which Variables "
+                             "to remove", "Pass e.g. nnx.Intermediate.")
     fg = flatten_node(node)
     preds = filterlib.filters_to_predicates(filters)
     buckets: list[list] = [[] for _ in preds]
     removed = []
-    for p, v in zip(fg.paths, fg.variables):
+    for p, v in zip(fg.paths, fg.leaves):
         for i, pred in enumerate(preds):
             if pred(p, v):
-                buckets[i].append((p, v.to_state()))
+                buckets[i].append((p, _leaf_state(v)))
                 removed.append(p)
                 break
     for p in removed:
         parent = node
         for k in p[:-1]:
-            parent = parent[k] if isinstance(parent, (list, dict, tuple)) else parent.__dict__[k]
+            parent = parent.__dict__[k] if isinstance(parent, GraphNode) else parent[k]
         if isinstance(parent, GraphNode):
             del parent.__dict__[p[-1]]
         else:
@@ -341,32 +408,75 @@ def clone(node: Node) -> Node:
 
 
 def iter_graph(node: tp.Any) -> tp.Iterator[tuple[tuple, tp.Any]]:
-    """``(path, object)`` for every graph node and Variable reachable from ``node``, once."""
+    """``(path, object)`` for every graph node and Variable reachable from ``node``, once,
+    parents before their children."""
     fg = eng.flatten((node,))
-    seen: set[int] = set()
 
-    def walk(d: tuple, path: tuple) -> tp.Iterator:
-        kind = d[0]
-        if kind in ("node", "var") and d[2] not in seen:
-            seen.add(d[2])
-            if kind == "node":
-                for name, s in d[3]:
-                    yield from walk(s, (*path, name))
-            yield path, fg.refs[d[2]]
-        elif kind == "tree":
-            for keys, s in zip(d[4], d[2]):
-                yield from walk(s, (*path, *keys))
+    def walk(d: tp.Any, path: tuple) -> tp.Iterator:
+        t = type(d)
+        if t is VariableDef and d.index >= 0:
+            yield path, fg.refs[d.index]
+        elif t is NodeDef:
+            if d.index >= 0:
+                yield path, fg.refs[d.index]
+            for k, s in d.attributes:
+                yield from walk(s, (*path, k))
 
     yield from walk(fg.defs[0], ())
 
 
 class UpdateContext:
-    """Carries object identities from a split to the matching merge/update (see transforms)."""
+    """Carries object identities from a split to the matching merge and update.
+
+    ``ctx.split(outer)`` -> ``ctx.merge(graphdef, state)`` (a copy to work on) ->
+    ``ctx.split(copy)`` -> ``ctx.update(graphdef, state)`` writes the copy's changes (values
+    and structure) back into the outer objects. Also usable as a context manager.
+
+    >>> from flaxen import nnx
+    >>> m = nnx.Dict(a=nnx.Param(1))
+    >>> with nnx.UpdateContext() as ctx:
+    ...     inner = ctx.merge(*ctx.split(m))
+    ...     inner.b = nnx.Param(2)
+    ...     ctx.update(*ctx.split(inner))
+    >>> m.b.value
+    2
+    """
 
     def __init__(self) -> None:
-        self.flat: eng.FlatGraph | None = None
-        self.inner_index: dict[int, int] = {}
+        self.outer_refs: list | None = None  # index -> outer object, of the first split
+        self.inner_of: dict[int, int] | None = None  # id(inner object) -> outer index
+        self.last_refs: list | None = None  # index -> object, of the latest split
 
-    def split(self, *nodes: tp.Any) -> tuple[GraphDef, State]:
-        self.flat = eng.flatten_cached(tuple(nodes), _intern)
-        return self.flat.graphdef, _states_from_flat(self.flat, ())[0]
+    def __enter__(self) -> UpdateContext:
+        return self
+
+    def __exit__(self, *exc: tp.Any) -> None:
+        self.outer_refs = self.inner_of = self.last_refs = None
+
+    def split(self, node: Node, *filters: filterlib.Filter) -> tuple:
+        fg = flatten_node(node)
+        if self.outer_refs is None:
+            self.outer_refs = list(fg.refs)
+        self.last_refs = list(fg.refs)
+        return (fg.graphdef, *_states_from_flat(fg, filters))
+
+    def merge(self, graphdef: GraphDef[Node], state: tp.Mapping, *states: tp.Mapping) -> Node:
+        leaves = _leaves_from_states(graphdef.defs, (state, *states), "merge")
+        roots, built = eng.unflatten(graphdef.defs, leaves)
+        self.inner_of = {id(obj): i for i, obj in built.items()}
+        return roots[0]
+
+    def update(self, graphdef: GraphDef[Node], state: tp.Mapping, *states: tp.Mapping
+               ) -> Node:
+        if self.outer_refs is None or self.inner_of is None or self.last_refs is None:
+            raise NotAGraphNodeError(
+                "", "UpdateContext.update needs a split of the outer node, a merge and a "
+                "split of the copy first", "Call ctx.split, ctx.merge, ctx.split, ctx.update.")
+        idxmap = {}
+        for i, obj in enumerate(self.last_refs):
+            outer = self.inner_of.get(id(obj))
+            if outer is not None:
+                idxmap[i] = self.outer_refs[outer]
+        leaves = _leaves_from_states(graphdef.defs, (state, *states), "update")
+        return eng.unflatten(graphdef.defs, leaves, idxmap)[0][0]
+

@@ -1,12 +1,12 @@
-"""NNX transforms: ``jit``, ``grad``, ``value_and_grad``, ``remat``, ``eval_shape`` (and the
-module-wrapping ``Jit``/``Remat``); ``vmap``/``scan``/``Vmap``/``Scan`` live in
-:mod:`flaxen.nnx._vmap_scan` and are re-exported here.
+"""NNX transforms: ``jit``, ``grad``, ``value_and_grad``, ``remat``, ``eval_shape``;
+``vmap``/``scan`` and the module-wrapping ``Vmap``/``Scan``/``Remat``/``Jit`` live in
+:mod:`flaxen.nnx._vmap_scan`.
 
-Graph nodes (Modules, Rngs, ...) may appear anywhere in the arguments. Their Variables are
-passed through the JAX transform as arrays, fresh copies are built inside, and every change
-the function makes (Variable values such as BatchNorm statistics or RNG counts, new or
-removed attributes) is written back to the original objects afterwards. Shared references
-stay shared.
+Each is a short function on the one lifting primitive of :mod:`flaxen.nnx._lift`: graph
+nodes (Modules, Rngs, ...) may appear anywhere in the arguments, their state goes through the
+JAX transform as arrays, and every change the function makes (Variable values such as
+BatchNorm statistics or RNG counts, new or removed attributes) is written back to the
+original objects afterwards. Shared references stay shared.
 
 ``nnx.jit`` is the hot path of a training loop, so it avoids Python work per call: the
 graph walk is cached while the structure is unchanged, the graph definition is hashed
@@ -34,10 +34,12 @@ import typing as tp
 
 import jax
 
-from flaxen.nnx import _graph_engine as eng
+from flaxen.errors import NNXTransformError
 from flaxen.nnx import _lift, filterlib
+from flaxen.nnx.graph import _nest
 from flaxen.nnx.state import State
-from flaxen.nnx.variables import Param
+from flaxen.nnx.variables import Param, Variable
+from flaxen.nnx.variables import VariableState as VariableStateT
 
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
 UNSPECIFIED = object()
@@ -45,56 +47,10 @@ UNSPECIFIED = object()
 
 # -- jit -------------------------------------------------------------------------------------
 
-class _Static:
-    """The static argument of the inner jitted function; hashed once, compared by identity."""
-
-    __slots__ = ("graphdef", "treedef", "node_pos", "static_vals", "_hash")
-
-    def __init__(self, graphdef: tp.Any, treedef: tp.Any, node_pos: tuple,
-                 static_vals: tuple) -> None:
-        self.graphdef = graphdef
-        self.treedef = treedef
-        self.node_pos = node_pos
-        self.static_vals = static_vals
-        self._hash = hash((graphdef, treedef, node_pos, static_vals))
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return self is other or (
-            isinstance(other, _Static)
-            and self._hash == other._hash
-            and self.graphdef == other.graphdef
-            and self.treedef == other.treedef
-            and self.node_pos == other.node_pos
-            and self.static_vals == other.static_vals
-        )
-
-
-class _OutAux:
-    """Static half of the inner function's output, fixed per trace."""
-
-    __slots__ = ("fast", "defs", "out_treedef", "out_node_pos", "n_inputs")
-
-    def __init__(self, fast: bool, collected: _lift.Collected) -> None:
-        self.fast = fast
-        self.defs = collected.defs
-        self.out_treedef = collected.out_treedef
-        self.out_node_pos = collected.out_node_pos
-        self.n_inputs = collected.n_inputs
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
-
-    def __hash__(self) -> int:
-        return id(self)
-
-
 class _JitOut:
     __slots__ = ("aux", "values", "out_leaves")
 
-    def __init__(self, aux: _OutAux, values: list, out_leaves: list) -> None:
+    def __init__(self, aux: _lift.OutStatic, values: list, out_leaves: list) -> None:
         self.aux = aux
         self.values = values
         self.out_leaves = out_leaves
@@ -107,16 +63,23 @@ jax.tree_util.register_pytree_node(
 )
 
 
-def _constrain(values: list, variables: list, constrain_state: tp.Any) -> list:
-    if constrain_state is True:
-        from flaxen.nnx.spmd import _constraint_for
+class _MetaView:
+    """A Variable-like view of a VariableDef's metadata (for sharding constraints)."""
 
-        out = []
-        for v, x in zip(variables, values):
-            sharding = _constraint_for(v)
-            out.append(x if sharding is None else jax.lax.with_sharding_constraint(x, sharding))
-        return out
-    return values
+    __slots__ = ("_var_metadata",)
+
+    def __init__(self, d: tp.Any) -> None:
+        self._var_metadata = d.thawed_metadata()
+
+
+def _constrain(values: list, var_paths: list) -> list:
+    from flaxen.nnx.spmd import _constraint_for
+
+    out = []
+    for (_, d), x in zip(var_paths, values):
+        sharding = _constraint_for(_MetaView(d))
+        out.append(x if sharding is None else jax.lax.with_sharding_constraint(x, sharding))
+    return out
 
 
 class JitWrapped:
@@ -139,9 +102,7 @@ class JitWrapped:
         self.donate_argnames = frozenset(dnames)
         self.in_shardings = in_shardings
         self.donate_state = donate_state
-        jit_kwargs: dict[str, tp.Any] = dict(
-            keep_unused=keep_unused, inline=inline,
-        )
+        jit_kwargs: dict[str, tp.Any] = dict(keep_unused=keep_unused, inline=inline)
         if device is not None:
             jit_kwargs["device"] = device
         if backend is not None:
@@ -150,67 +111,54 @@ class JitWrapped:
             jit_kwargs["abstracted_axes"] = abstracted_axes
         self._jit_kwargs = jit_kwargs
         self._compiled: dict[tuple, tp.Callable] = {}
-        self._last_static: _Static | None = None
         self._default = self._make_jitted(())
 
     def _make_jitted(self, donate_leaf_args: tuple) -> tp.Callable:
         donate = (1,) if self.donate_state else ()
-        kwargs = dict(self._jit_kwargs)
-        if self.in_shardings is not UNSPECIFIED and self.in_shardings is not None:
-            kwargs["in_shardings"] = None  # applied as constraints inside (see _inner)
-            kwargs.pop("in_shardings")
         return jax.jit(self._inner, static_argnums=(0,), donate_argnums=donate + tuple(
-            i + 3 for i in donate_leaf_args), **kwargs)
+            i + 3 for i in donate_leaf_args), **self._jit_kwargs)
 
-    def _inner(self, static: _Static, values: list, leaves: list, *donated: tp.Any) -> _JitOut:
+    def _inner(self, static: _lift.InStatic, values: list, leaves: list, *donated: tp.Any
+               ) -> _JitOut:
         leaves = list(leaves)
-        for i, x in zip(static.static_vals[1], donated):
+        for i, x in zip(static.extra[1], donated):
             leaves[i] = x
-        gd_defs = static.graphdef.defs if static.graphdef is not None else ()
-        values = _constrain(values, _DefVars(gd_defs), self.constrain_state)
-        args, kwargs, copies, outer_map = _lift.rebuild(
-            gd_defs, values, static.treedef, leaves, static.node_pos)
-        args, kwargs = _insert_static(args, kwargs, static.static_vals[0])
-        if callable(self.constrain_state) and self.constrain_state is not True and copies:
+        if self.constrain_state is True:
+            from flaxen.nnx._graphdef import var_def_paths
+
+            values = _constrain(values, var_def_paths(static.defs))
+        args, kwargs, inner = _lift.enter(static, values, leaves)
+        args, kwargs = _insert_static(args, kwargs, static.extra[0])
+        if callable(self.constrain_state) and self.constrain_state is not True:
             from flaxen.nnx.graph import split, update
 
-            for c in copies:
+            for c in inner.copies:
                 update(c, self.constrain_state(split(c)[1]))
         out = self.fun(*args, **kwargs)
         if self.out_shardings is not UNSPECIFIED and self.out_shardings is not None:
             out = jax.lax.with_sharding_constraint(out, self.out_shardings)
-        col = _lift.Collected(copies, out, outer_map)
-        new_values = col.values
+        new_values, out_leaves, aux = _lift.exit(inner, out)
         if self.constrain_state is True:
-            new_values = _constrain(new_values, col.variables, True)
-        fast = not col.out_node_pos and _static_unchanged(gd_defs, col.defs)
-        return _JitOut(_OutAux(fast, col), new_values, col.out_leaves)
+            new_values = _constrain(new_values, aux.var_paths)
+        return _JitOut(aux, new_values, out_leaves)
 
-    def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+    def _lift_args(self, args: tuple, kwargs: dict) -> tuple[_lift.Lift, list, tuple]:
         static_vals: tuple = ()
         if self.static_argnums or self.static_argnames:
             args, kwargs, static_vals = _extract_static(
                 args, kwargs, self.static_argnums, self.static_argnames)
-        prepared = _lift.Prepared(args, kwargs)
-        flat = prepared.flat
-        values = [v.raw_value for v in flat.variables] if flat is not None else []
-        leaves = prepared.leaves
         donate_idx: tuple = ()
         if self.donate_argnums or self.donate_argnames:
             donate_idx = _donated_leaf_indices(args, kwargs, self.donate_argnums,
-                                               self.donate_argnames, prepared)
+                                               self.donate_argnames)
+        lift = _lift.Lift(args, kwargs, extra=(static_vals, donate_idx))
+        leaves = lift.leaves
         if self.in_shardings is not UNSPECIFIED and self.in_shardings is not None:
-            values, leaves = _place_inputs(self.in_shardings, args, kwargs, values, leaves,
-                                           prepared)
-        graphdef = flat.graphdef if flat is not None else None
-        last = self._last_static
-        key_vals = (static_vals, donate_idx)
-        if (last is not None and last.graphdef is graphdef and last.treedef == prepared.treedef
-                and last.node_pos == prepared.node_pos and last.static_vals == key_vals):
-            static = last
-        else:
-            static = _Static(graphdef, prepared.treedef, prepared.node_pos, key_vals)
-            self._last_static = static
+            leaves = _place_inputs(self.in_shardings, args, kwargs, leaves, lift)
+        return lift, leaves, donate_idx
+
+    def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        lift, leaves, donate_idx = self._lift_args(args, kwargs)
         if donate_idx:
             fn = self._compiled.get(donate_idx)
             if fn is None:
@@ -219,18 +167,10 @@ class JitWrapped:
             leaves = list(leaves)
             for i in donate_idx:
                 leaves[i] = None
-            res = fn(static, values, leaves, *donated)
+            res = fn(lift.static, lift.values, leaves, *donated)
         else:
-            res = self._default(static, values, leaves)
-        aux = res.aux
-        if aux.fast:
-            setter = object.__setattr__
-            for var, x in zip(flat.variables if flat is not None else (), res.values):
-                setter(var, "raw_value", x)
-            return aux.out_treedef.unflatten(res.out_leaves)
-        roots = _lift.write_back(aux.defs, res.values, prepared)
-        return _lift.assemble_output(aux.out_treedef, res.out_leaves, aux.out_node_pos,
-                                     roots[aux.n_inputs:])
+            res = self._default(lift.static, lift.values, leaves)
+        return lift.finish(res.aux, res.values, res.out_leaves)
 
     def __get__(self, obj: tp.Any, objtype: tp.Any = None) -> tp.Any:
         if obj is None:
@@ -238,42 +178,8 @@ class JitWrapped:
         return functools.partial(self, obj)
 
     def lower(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
-        prepared = _lift.Prepared(args, kwargs)
-        static = _Static(prepared.flat.graphdef if prepared.flat else None, prepared.treedef,
-                         prepared.node_pos, ((), ()))
-        return self._default.lower(static, prepared.values(), prepared.leaves)
-
-
-class _DefVars:
-    """Variables-like view over var defs (type and metadata) for sharding constraints."""
-
-    def __init__(self, defs: tuple) -> None:
-        self.items: list = []
-
-        def walk(d: tuple) -> None:
-            kind = d[0]
-            if kind == "var":
-                self.items.append(eng._new_var(d[1], None, d[3]))
-            elif kind == "node":
-                for _, s in d[3]:
-                    walk(s)
-            elif kind == "tree":
-                for s in d[2]:
-                    walk(s)
-
-        for d in defs:
-            walk(d)
-
-    def __iter__(self) -> tp.Iterator:
-        return iter(self.items)
-
-
-def _static_unchanged(in_defs: tuple, out_defs: tuple) -> bool:
-    if len(out_defs) != len(in_defs):
-        return False
-    if eng.strip_outer(out_defs) != in_defs:
-        return False
-    return eng.var_outer_indices(out_defs) == _lift._var_indices(in_defs)
+        lift, leaves, _ = self._lift_args(args, kwargs)
+        return self._default.lower(lift.static, lift.values, leaves)
 
 
 def _resolve_argnums(fun: tp.Callable, nums: tp.Any, names: tp.Any) -> tuple[tuple, tuple]:
@@ -312,10 +218,10 @@ def _extract_static(args: tuple, kwargs: dict, nums: frozenset, names: frozenset
         try:
             hash(v)
         except TypeError:
-            raise ValueError(
-                f"nnx.jit: static argument {v!r} is not hashable; static arguments must be "
-                "hashable (they key the compilation cache)."
-            ) from None
+            raise NNXTransformError(
+                "", f"nnx.jit: static argument {v!r} is not hashable",
+                "Static arguments key the compilation cache: pass a hashable value (a "
+                "tuple instead of a list, ...), or pass it as a regular argument.") from None
     return tuple(new_args), new_kwargs, (tuple(pos), tuple(kw))
 
 
@@ -331,31 +237,31 @@ def _insert_static(args: tuple, kwargs: dict, static_vals: tuple) -> tuple[tuple
     return tuple(args), kwargs
 
 
-def _donated_leaf_indices(args: tuple, kwargs: dict, nums: frozenset, names: frozenset,
-                          prepared: _lift.Prepared) -> tuple:
+def _donated_leaf_indices(args: tuple, kwargs: dict, nums: frozenset, names: frozenset
+                          ) -> tuple:
     idx = []
     start = 0
     for i, a in enumerate(args):
         n = len(jax.tree_util.tree_leaves(a, is_leaf=_lift.is_node))
         if i in nums:
-            idx.extend(j for j in range(start, start + n) if j not in prepared.node_pos)
+            idx.extend(j for j in range(start, start + n) if not _is_node_leaf(a, j - start))
         start += n
     for k in sorted(kwargs):
         n = len(jax.tree_util.tree_leaves(kwargs[k], is_leaf=_lift.is_node))
         if k in names:
-            idx.extend(j for j in range(start, start + n) if j not in prepared.node_pos)
+            idx.extend(j for j in range(start, start + n) if not _is_node_leaf(a, j - start))
         start += n
     return tuple(idx)
 
 
-def _place_inputs(in_shardings: tp.Any, args: tuple, kwargs: dict, values: list, leaves: list,
-                  prepared: _lift.Prepared) -> tuple[list, list]:
+def _place_inputs(in_shardings: tp.Any, args: tuple, kwargs: dict, leaves: list,
+                  lift: _lift.Lift) -> list:
     """Puts arguments on devices per ``in_shardings`` (a prefix of the positional args)."""
     shardings = in_shardings if isinstance(in_shardings, (tuple, list)) else (in_shardings,) * len(
         args)
     leaves = list(leaves)
     start = 0
-    node_set = set(prepared.node_pos)
+    node_set = set(lift.node_pos)
     for a, s in zip(args, shardings):
         n = len(jax.tree_util.tree_leaves(a, is_leaf=_lift.is_node))
         if s is not None and not isinstance(s, State):
@@ -363,7 +269,11 @@ def _place_inputs(in_shardings: tp.Any, args: tuple, kwargs: dict, values: list,
                 if j not in node_set and leaves[j] is not None:
                     leaves[j] = jax.device_put(leaves[j], s)
         start += n
-    return values, leaves
+    return leaves
+
+
+def _is_node_leaf(tree: tp.Any, i: int) -> bool:
+    return _lift.is_node(jax.tree_util.tree_leaves(tree, is_leaf=_lift.is_node)[i])
 
 
 def jit(
@@ -402,56 +312,7 @@ def jit(
     return JitWrapped(fun, **kwargs)  # type: ignore[return-value]
 
 
-# -- generic lifting for one-shot transforms ------------------------------------------------
-
-def _lifted_call(apply: tp.Callable[[tp.Callable, list, list], tp.Any], fun: tp.Callable,
-                 args: tuple, kwargs: dict, write: bool = True) -> tp.Any:
-    """Runs ``fun`` through a JAX transform: ``apply(pure, values, leaves)`` calls it."""
-    prepared = _lift.Prepared(args, kwargs)
-    defs = prepared.flat.defs if prepared.flat is not None else ()
-    box: list = []
-
-    def pure(values: list, leaves: list) -> tuple:
-        a, k, copies, outer_map = _lift.rebuild(defs, values, prepared.treedef, leaves,
-                                                prepared.node_pos)
-        out = fun(*a, **k)
-        col = _lift.Collected(copies, out, outer_map)
-        box.append(col)
-        return col.values, col.out_leaves
-
-    new_values, out_leaves = apply(pure, prepared.values(), prepared.leaves)
-    col = box[-1]
-    if write:
-        roots = _lift.write_back(col.defs, new_values, prepared)
-    else:
-        roots = [None] * col.n_inputs + eng.unflatten(
-            _out_defs_only(col), new_values[len(_in_vars(col)):])
-    return _lift.assemble_output(col.out_treedef, out_leaves, col.out_node_pos,
-                                 roots[col.n_inputs:])
-
-
-def _in_vars(col: _lift.Collected) -> list:
-    n = 0
-
-    def count(d: tuple) -> None:
-        nonlocal n
-        if d[0] == "var":
-            n += 1
-        elif d[0] == "node":
-            for _, s in d[3]:
-                count(s)
-        elif d[0] == "tree":
-            for s in d[2]:
-                count(s)
-
-    for d in col.defs[: col.n_inputs]:
-        count(d)
-    return [None] * n
-
-
-def _out_defs_only(col: _lift.Collected) -> tuple:
-    return col.defs[col.n_inputs:]
-
+# -- one-shot transforms ----------------------------------------------------------------------
 
 def eval_shape(f: tp.Callable[..., tp.Any], *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
     """Like ``jax.eval_shape``; graph nodes in the output hold ``ShapeDtypeStruct`` values.
@@ -461,8 +322,9 @@ def eval_shape(f: tp.Callable[..., tp.Any], *args: tp.Any, **kwargs: tp.Any) -> 
     >>> abstract.kernel.value.shape
     (2, 3)
     """
-    return _lifted_call(lambda pure, v, l: jax.eval_shape(pure, v, l), f, args, kwargs,
-                        write=False)
+    lift = _lift.Lift(args, kwargs)
+    values, out_leaves = jax.eval_shape(lift.pure(f), lift.values, lift.leaves)
+    return lift.finish(lift.out, values, out_leaves, update_inputs=False)
 
 
 def remat(f: F | None = None, *, prevent_cse: bool = True, static_argnums: tp.Any = (),
@@ -471,26 +333,21 @@ def remat(f: F | None = None, *, prevent_cse: bool = True, static_argnums: tp.An
     if f is None:
         return functools.partial(remat, prevent_cse=prevent_cse, static_argnums=static_argnums,
                                  policy=policy)  # type: ignore[return-value]
-    nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+    nums = frozenset((static_argnums,) if isinstance(static_argnums, int) else static_argnums)
 
     @functools.wraps(f)
     def wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
-        if nums:
-            static = {i: args[i] for i in nums}
-            dyn = tuple(a for i, a in enumerate(args) if i not in static)
+        static = {i: a for i, a in enumerate(args) if i in nums}
+        dyn = tuple(a for i, a in enumerate(args) if i not in nums)
 
-            def call(*dyn_args: tp.Any, **kw: tp.Any) -> tp.Any:
-                it = iter(dyn_args)
-                full = [static[i] if i in static else next(it) for i in range(len(args))]
-                return f(*full, **kw)
+        def call(*dyn_args: tp.Any, **kw: tp.Any) -> tp.Any:
+            it = iter(dyn_args)
+            return f(*[static[i] if i in static else next(it) for i in range(len(args))], **kw)
 
-            return _lifted_call(
-                lambda pure, v, l: jax.checkpoint(pure, prevent_cse=prevent_cse,
-                                                  policy=policy)(v, l),
-                call, dyn, kwargs)
-        return _lifted_call(
-            lambda pure, v, l: jax.checkpoint(pure, prevent_cse=prevent_cse, policy=policy)(v, l),
-            f, args, kwargs)
+        lift = _lift.Lift(dyn, kwargs)
+        ckpt = jax.checkpoint(lift.pure(call), prevent_cse=prevent_cse, policy=policy)
+        values, out_leaves = ckpt(lift.values, lift.leaves)
+        return lift.finish(lift.out, values, out_leaves)
 
     return wrapper  # type: ignore[return-value]
 
@@ -498,84 +355,73 @@ def remat(f: F | None = None, *, prevent_cse: bool = True, static_argnums: tp.An
 # -- grad ------------------------------------------------------------------------------------
 
 def _grad_impl(f: tp.Callable, argnums: int | tp.Sequence[int], has_aux: bool,
-               holomorphic: bool, allow_int: bool, reduce_axes: tp.Any, wrt: tp.Any,
-               return_value: bool) -> tp.Callable:
+               holomorphic: bool, allow_int: bool, wrt: tp.Any, return_value: bool
+               ) -> tp.Callable:
     single = isinstance(argnums, int)
     nums = (argnums,) if single else tuple(argnums)
     pred = filterlib.to_predicate(wrt)
 
     @functools.wraps(f)
     def wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
-        for n in nums:
-            if n >= len(args):
-                raise TypeError(
-                    f"nnx.grad: argnums={argnums} but only {len(args)} positional argument(s) "
-                    "were given."
-                )
-        prepared = _lift.Prepared(args, kwargs)
-        flat = prepared.flat
-        defs = flat.defs if flat is not None else ()
-        all_values = prepared.values()
-        # which variables are differentiated: those of node arguments in argnums matching wrt
-        diff_positions: dict[int, list[int]] = {}
-        diff_states: dict[int, State] = {}
-        var_owner = _owners(args, nums, flat)
-        for n in nums:
-            a = args[n]
-            if _lift.is_node(a):
-                positions = [i for i, (p, v) in enumerate(zip(flat.paths, flat.variables))
-                             if var_owner[i] == n and pred(p, v)]
-                if not positions:
-                    raise ValueError(
-                        f"nnx.grad: wrt={wrt!r} matches no Variable of argument {n} "
-                        f"({type(a).__name__}), so there is nothing to differentiate. Use a "
-                        "filter that selects its trainable state, e.g. wrt=nnx.Param."
-                    )
-                diff_positions[n] = positions
-                from flaxen.nnx.graph import _nest
+        if any(n >= len(args) for n in nums):
+            raise NNXTransformError(
+                "", f"nnx.grad: argnums={argnums} but only {len(args)} positional "
+                "argument(s) were given", "Pass the argument to differentiate positionally.")
+        # the differentiated node arguments travel as States of their `wrt` Variables; the
+        # other arguments (and all other state) go through the primitive as usual
+        node_nums = [n for n in nums if _lift.is_node(args[n])]
+        lift = _lift.Lift(args, kwargs)
+        owner = _owners(args, lift)
+        diff_pos: dict[int, list[int]] = {}
+        for n in node_nums:
+            diff_pos[n] = [i for i, (p, v) in enumerate(zip(lift.paths, lift.leaf_objs))
+                           if owner[i] == n and pred(p, v)]
+            if not diff_pos[n]:
+                raise NNXTransformError(
+                    f"argument {n}", f"nnx.grad: wrt={wrt!r} matches no Variable of this "
+                    f"{type(args[n]).__name__}, so there is nothing to differentiate",
+                    "Use a filter that selects its trainable state, e.g. wrt=nnx.Param.")
+        values = lift.values
+        objs = lift.leaf_objs
+        diff_in = [
+            _nest([(lift.paths[i], objs[i].to_state() if isinstance(objs[i], Variable)
+                    else objs[i]) for i in diff_pos[n]]) if n in diff_pos else args[n]
+            for n in nums
+        ]
+        leaf_pos = _arg_leaf_positions(args, kwargs)
 
-                diff_states[n] = _nest([
-                    (flat.paths[i], flat.variables[i].to_state()) for i in positions])
-        box: list = []
-
-        def inner(*diff_args: tp.Any) -> tp.Any:
-            values = list(all_values)
-            leaves = list(prepared.leaves)
-            user_args = list(args)
-            for n, d in zip(nums, diff_args):
-                if n in diff_positions:
+        def inner(*diff: tp.Any) -> tp.Any:
+            vals = list(values)
+            leaves = list(lift.leaves)
+            for n, d in zip(nums, diff):
+                if n in diff_pos:
                     flat_d = d.flat_state()
-                    for i in diff_positions[n]:
-                        values[i] = flat_d[flat.paths[i]].value
+                    for i in diff_pos[n]:
+                        leaf = flat_d[lift.paths[i]]
+                        vals[i] = leaf.value if isinstance(leaf, VariableStateT) else leaf
                 else:
-                    user_args[n] = d
-            if any(n not in diff_positions for n in nums):
-                # non-node differentiated args: rebuild the leaves from the new user args
-                prep2 = _lift.Prepared(tuple(user_args), kwargs)
-                leaves = prep2.leaves
-            a, k, copies, outer_map = _lift.rebuild(defs, values, prepared.treedef, leaves,
-                                                    prepared.node_pos)
-            out = f(*a, **k)
-            if has_aux:
-                loss, aux = out
-            else:
-                loss, aux = out, None
-            col = _lift.Collected(copies, aux, outer_map)
-            box.append(col)
-            return loss, (col.values, col.out_leaves)
+                    sub = jax.tree_util.tree_leaves(d, is_leaf=_lift.is_node)
+                    for j, x in zip(leaf_pos[n], sub):
+                        leaves[j] = x
+            out_box: list = []
 
-        diff_inputs = [diff_states[n] if n in diff_states else args[n] for n in nums]
+            def split_aux(*a: tp.Any, **k: tp.Any) -> tp.Any:
+                out = f(*a, **k)
+                loss, aux = out if has_aux else (out, None)
+                out_box.append(loss)
+                return aux
+
+            new_values, aux_leaves = lift.pure(split_aux)(vals, leaves)
+            return out_box[0], (new_values, aux_leaves)
+
         transform = jax.value_and_grad if return_value else jax.grad
         fn = transform(inner, argnums=tuple(range(len(nums))), has_aux=True,
                        holomorphic=holomorphic, allow_int=allow_int)
         if return_value:
-            (loss, (new_values, out_leaves)), grads = fn(*diff_inputs)
+            (loss, (new_values, aux_leaves)), grads = fn(*diff_in)
         else:
-            grads, (new_values, out_leaves) = fn(*diff_inputs)
-        col = box[-1]
-        roots = _lift.write_back(col.defs, new_values, prepared)
-        aux = _lift.assemble_output(col.out_treedef, out_leaves, col.out_node_pos,
-                                    roots[col.n_inputs:])
+            grads, (new_values, aux_leaves) = fn(*diff_in)
+        aux = lift.finish(lift.out, new_values, aux_leaves)
         g = grads[0] if single else tuple(grads)
         if return_value:
             return ((loss, aux), g) if has_aux else (loss, g)
@@ -584,22 +430,32 @@ def _grad_impl(f: tp.Callable, argnums: int | tp.Sequence[int], has_aux: bool,
     return wrapper
 
 
-def _owners(args: tuple, nums: tuple, flat: tp.Any) -> list[int]:
-    """For each walked Variable, the positional argument whose node reached it first."""
+def _arg_leaf_positions(args: tuple, kwargs: dict) -> list[list[int]]:
+    """For each positional argument, the positions of its leaves among all leaves."""
+    out = []
+    start = 0
+    for a in args:
+        n = len(jax.tree_util.tree_leaves(a, is_leaf=_lift.is_node))
+        out.append(list(range(start, start + n)))
+        start += n
+    return out
+
+
+def _owners(args: tuple, lift: _lift.Lift) -> list[int]:
+    """For each State leaf, the positional argument whose node reached it first."""
+    flat = lift.flat
     if flat is None:
         return []
-    # Prepared walks the nodes in leaf order of (args, kwargs), one root def per node
-    owners: list[int] = []
+    from flaxen.nnx._graphdef import var_defs
+
     node_args: list[int] = []
     for i, a in enumerate(args):
         for leaf in jax.tree_util.tree_leaves(a, is_leaf=_lift.is_node):
             if _lift.is_node(leaf):
                 node_args.append(i)
-    counts = []
-    for d in flat.defs:
-        counts.append(len(_lift._var_indices((d,))))
-    for arg_i, c in zip(node_args + [-1] * len(counts), counts):
-        owners.extend([arg_i] * c)
+    owners: list[int] = []
+    for arg_i, d in zip(node_args + [-1] * len(flat.defs), flat.defs):
+        owners.extend([arg_i] * len(var_defs((d,))))
     return owners
 
 
@@ -608,7 +464,7 @@ def grad(f: tp.Callable[..., tp.Any], argnums: int | tp.Sequence[int] = 0,
          reduce_axes: tp.Sequence[tp.Any] = (), *, wrt: filterlib.Filter = Param
          ) -> tp.Callable[..., tp.Any]:
     """Lifted ``jax.grad``: the gradient for a graph-node argument is a State of ``wrt``."""
-    return _grad_impl(f, argnums, has_aux, holomorphic, allow_int, reduce_axes, wrt, False)
+    return _grad_impl(f, argnums, has_aux, holomorphic, allow_int, wrt, False)
 
 
 def value_and_grad(f: tp.Callable[..., tp.Any], argnums: int | tp.Sequence[int] = 0,
@@ -616,4 +472,4 @@ def value_and_grad(f: tp.Callable[..., tp.Any], argnums: int | tp.Sequence[int] 
                    reduce_axes: tp.Sequence[tp.Any] = (), *, wrt: filterlib.Filter = Param
                    ) -> tp.Callable[..., tp.Any]:
     """Lifted ``jax.value_and_grad``: returns ``(value, grads)`` (``((value, aux), grads)``)."""
-    return _grad_impl(f, argnums, has_aux, holomorphic, allow_int, reduce_axes, wrt, True)
+    return _grad_impl(f, argnums, has_aux, holomorphic, allow_int, wrt, True)
