@@ -19,6 +19,7 @@ _SUBMODULES = frozenset({
     "core",
     "errors",
     "experimental",
+    "io",
     "jax_utils",
     "linen",
     "nnx",

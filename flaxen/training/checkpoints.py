@@ -201,10 +201,24 @@ def _save(
     ckpt_path = checkpoint_path(ckpt_dir, step, prefix)
     if writer:
         _prepare_dir(ckpt_dir)
-    if not overwrite:
-        check_overwrite(ckpt_dir, prefix, ckpt_path, step)
 
     if _use_orbax(orbax_checkpointer):
+        if orbax_checkpointer is None and jax.tree_util.treedef_is_leaf(
+            jax.tree_util.tree_structure(target)
+        ):
+            raise ValueError(
+                f'Cannot save the single value {type(target).__name__} as Orbax checkpoint '
+                f'"{ckpt_path}": the Orbax backend saves pytrees. Wrap it in a dict '
+                "({'value': x}), pass an Orbax checkpointer built with ArrayCheckpointHandler, "
+                "or turn off config.flax_use_orbax_checkpointing."
+            )
+        if not overwrite and os.path.lexists(ckpt_path):
+            # Orbax refuses an existing destination with a ValueError; older steps are allowed,
+            # as in Flax's Orbax mode.
+            raise ValueError(
+                f'Checkpoint "{ckpt_path}" already exists. Pass overwrite=True to replace it, '
+                "or save at another step."
+            )
         checkpointer = orbax_checkpointer or _default_orbax_checkpointer()
         _wait_orbax(checkpointer)
         if overwrite and os.path.lexists(ckpt_path):
@@ -227,6 +241,8 @@ def _save(
             remove_stale(ckpt_path, ckpt_dir, prefix, keep, overwrite, keep_every_n_steps)
         return ckpt_path
 
+    if not overwrite:
+        check_overwrite(ckpt_dir, prefix, ckpt_path, step)
     if _has_multiprocess_array(target):
         raise errors.MPACheckpointingRequiredError(ckpt_path, step)
     if not writer:
@@ -349,11 +365,6 @@ def _flat_paths(tree: PyTree) -> dict[tuple[str, ...], Any]:
     return {tuple(_key_name(k) for k in path): leaf for path, leaf in leaves}
 
 
-def _shape(x: Any) -> tuple[int, ...] | None:
-    shape = getattr(x, "shape", None)
-    return tuple(shape) if shape is not None else None
-
-
 def _show(path: tuple[str, ...]) -> str:
     return "/" + "/".join(path)
 
@@ -369,12 +380,14 @@ def _mismatch(ckpt_path: str, what: str) -> ValueError:
 def _check_against_target(
     ckpt_path: str, saved: dict[tuple[str, ...], Any], target: PyTree
 ) -> None:
-    """Raises ValueError at the first target leaf the checkpoint lacks or has in another shape.
+    """Raises ValueError at the first target leaf the checkpoint lacks.
 
-    Keys the checkpoint has and the target lacks are allowed (a partial restore), as in the
-    legacy format.
+    The target gives the structure and the checkpoint the values: a target leaf's shape is not
+    checked (placeholders such as ``np.array(0)`` get the saved arrays, as the Orbax migration
+    guide shows). Keys the checkpoint has and the target lacks are allowed (a partial restore),
+    as in the legacy format.
     """
-    for path, leaf in _flat_paths(target).items():
+    for path in _flat_paths(target):
         if path not in saved:
             depth = 0
             while depth < len(path) and any(p[: depth + 1] == path[: depth + 1] for p in saved):
@@ -389,12 +402,6 @@ def _check_against_target(
                 ckpt_path,
                 f"the target has {_show(path)}, which the checkpoint does not have (at "
                 f"{_show(parent)} the checkpoint has {there})",
-            )
-        want, got = _shape(leaf), _shape(saved[path])
-        if want is not None and got is not None and want != got:
-            raise _mismatch(
-                ckpt_path,
-                f"{_show(path)} has shape {got} in the checkpoint but {want} in the target",
             )
 
 
@@ -445,8 +452,8 @@ def _restore_orbax(
 
         if orbax_transforms is None:
             # Without transforms Orbax fills target leaves missing from the checkpoint with
-            # the target's own values and ignores shapes: check first, so that a model that
-            # changed since the save is an error and not a silent partial restore.
+            # the target's own values: check first, so that a model whose structure changed
+            # since the save is an error and not a silent partial restore.
             saved = _orbax_saved_leaves(ckpt_path, prefix, user_checkpointer)
             if saved is not None:
                 _check_against_target(ckpt_path, saved, target)
@@ -457,12 +464,15 @@ def _restore_orbax(
     elif orbax_transforms is not None:
         kwargs["transforms"] = orbax_transforms
     try:
-        return orbax_checkpointer.restore(ckpt_path, item=target, **kwargs)
+        restored = orbax_checkpointer.restore(ckpt_path, item=target, **kwargs)
     except Exception as e:
         if user_checkpointer or orbax_transforms is not None:
             e.add_note(f'while restoring Orbax checkpoint "{ckpt_path}"')
             raise
         raise _corrupt(ckpt_path, prefix, e) from e
+    # Without a target, both formats give the same state dict (a saved tuple comes back as
+    # {'0': ..., '1': ...}, as from a legacy file).
+    return serialization.to_state_dict(restored) if target is None else restored
 
 
 def restore_checkpoint(
@@ -539,8 +549,8 @@ def restore_checkpoint(
             ) from e
         e.add_note(f'while restoring checkpoint "{ckpt_path}" into the given target')
         raise
-    # from_state_dict keeps the saved arrays as they are; a shape that differs from the
-    # target's means the model changed since the save, which must not pass silently.
+    # from_state_dict keeps the saved arrays as they are (the target gives the structure, the
+    # checkpoint the values); a target leaf the checkpoint lacks is an error naming its path.
     _check_against_target(ckpt_path, _flat_paths(restored), target)
     return restored
 

@@ -9,6 +9,7 @@ module without it works, calling a helper raises ImportError with the install co
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import jax
@@ -47,8 +48,10 @@ def restore_args_from_target(target: PyTree, mesh: jax.sharding.Mesh | None = No
     """Orbax ``restore_args`` that bring each leaf back like the one in ``target``.
 
     ``jax.Array`` leaves are restored with their sharding (and dtype); other leaves as their
-    own type. With ``mesh``, named shardings are rebuilt on that mesh, which lets a checkpoint
-    saved on one device layout be restored onto another.
+    own type. Shapes come from the checkpoint, not the target: a target leaf may be a
+    placeholder such as ``np.array(0)`` or ``jnp.zeros(())``. With ``mesh``, named shardings are
+    rebuilt on that mesh, which lets a checkpoint saved on one device layout be restored onto
+    another.
     """
     ocp = _ocp()
 
@@ -61,7 +64,10 @@ def restore_args_from_target(target: PyTree, mesh: jax.sharding.Mesh | None = No
         return sharding
 
     shardings = jax.tree.map(sharding_of, target)
-    return ocp.checkpoint_utils.construct_restore_args(target, shardings)
+    construct = ocp.checkpoint_utils.construct_restore_args
+    if "set_global_shape" in inspect.signature(construct).parameters:
+        return construct(target, shardings, set_global_shape=False)
+    return construct(target, shardings)
 
 
 def maybe_construct_transformations(target: PyTree, transforms: Any | None) -> Any:
