@@ -17,6 +17,7 @@ _SUBMODULES = frozenset({
     "config",
     "configurations",
     "core",
+    "cursor",
     "errors",
     "experimental",
     "io",

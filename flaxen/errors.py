@@ -494,22 +494,25 @@ class CursorFindError(FlaxError):
         self.cursor2 = cursor2
         if cursor is not None and cursor2 is not None:
             message = (
-                "Cursor.find() found more than one object matching the condition, at "
-                f"paths {_cursor_path(cursor)} and {_cursor_path(cursor2)}. Make the "
-                "condition more specific, or use Cursor.find_all()."
+                "More than one object found given the conditions of the cond_fn. The first "
+                "two objects found have the following paths: "
+                f"{_cursor_path(cursor)} and {_cursor_path(cursor2)} (Cursor.find() needs "
+                "exactly one match but cond_fn matched more than one object). Make cond_fn "
+                "more specific, or use Cursor.find_all() to get every match."
             )
         else:
             message = (
-                "Cursor.find() found no object matching the condition. Check the "
-                "condition, or use Cursor.find_all(), which may return nothing."
+                "No object found given the conditions of the cond_fn. Cursor.find() needs "
+                "exactly one match and cond_fn(path, value) was True for no object: check "
+                "cond_fn, or use Cursor.find_all(), which may yield nothing."
             )
         super().__init__(message)
 
 
 def _cursor_path(cursor: Any) -> str:
-    # Cursor objects keep their access path privately; fall back to the repr for anything else.
+    # Cursor objects keep their access path (".x[1]['b']") privately; anything else: its repr.
     path = getattr(cursor, "_path", None)
-    return repr(path) if path is not None else repr(cursor)
+    return path if isinstance(path, str) else repr(cursor)
 
 
 class TraverseTreeError(FlaxError):
@@ -519,10 +522,18 @@ class TraverseTreeError(FlaxError):
         self.update_fn = update_fn
         self.cond_fn = cond_fn
         if update_fn is None and cond_fn is None:
-            problem = "Both update_fn and cond_fn are None."
+            problem = (
+                "Both update_fn and cond_fn are None. Exactly one of them must be None: "
+                "neither is given."
+            )
         else:
-            problem = "Both update_fn and cond_fn are given."
-        super().__init__(f"{problem} Pass exactly one of them.")
+            problem = (
+                "Both update_fn and cond_fn are not None. Exactly one of them must be not "
+                "None: both are given."
+            )
+        super().__init__(
+            f"{problem} Pass update_fn to change values, or cond_fn to find them."
+        )
 
 
 # --- Checkpointing ---------------------------------------------------------------------
