@@ -111,7 +111,7 @@ class FlagHolder(Generic[_T]):
 
     @property
     def value(self) -> _T:
-        return self._config.__dict__[self.name]
+        return self._config._read(self.name)
 
     def __bool__(self):
         raise TypeError(
@@ -123,35 +123,71 @@ class FlagHolder(Generic[_T]):
         return f"FlagHolder({self.name}={self.value!r})"
 
 
+class _Values(dict):
+    """The flag values; every write is mirrored into the owning Config's instance attributes."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: Config) -> None:
+        super().__init__()
+        self._owner = owner
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        super().__setitem__(name, value)
+        if self._owner._values is self:
+            object.__setattr__(self._owner, name, value)
+
+    def __delitem__(self, name: str) -> None:
+        super().__delitem__(name)
+        self._owner.__dict__.pop(name, None)
+
+
 class Config:
     """The set of flaxen flags; values are attributes (``config.flax_profile``).
 
     Set them with :meth:`update` (or temporarily with :meth:`temp_flip_flag`), never by
     assignment, so that typos and wrong types are caught.
+
+    The values live in the mapping ``config._values`` (as in Flax), and are mirrored into
+    instance attributes so that reading a flag on a hot path is a plain attribute read. Code
+    that swaps ``_values`` for another dict (``mock.patch.object(config, '_values', {})``)
+    gets a config backed by that dict until the original is put back.
     """
 
-    # Flag values live in the instance __dict__ so that reading one is a plain attribute
-    # read; these two hold the metadata needed only when defining/updating flags.
+    _values: dict[str, Any]
+    # Metadata needed only when defining/updating flags.
     _kinds: dict[str, type]
     _helps: dict[str, str]
 
     def __init__(self) -> None:
         object.__setattr__(self, "_kinds", {})
         object.__setattr__(self, "_helps", {})
+        object.__setattr__(self, "_values", _Values(self))
 
     def _define(self, name: str, kind: type, value: Any, help: str) -> FlagHolder:
-        if name in self._kinds:
-            raise ValueError(f"Config option {name!r} is already defined; pick another name.")
+        if name in self._values:
+            raise RuntimeError(
+                f"Config option {name!r} is already defined; pick another name, or update "
+                f"the existing one with config.update({name!r}, value)."
+            )
         self._kinds[name] = kind
         self._helps[name] = help
-        object.__setattr__(self, name, value)
+        self._values[name] = value
         return FlagHolder(self, name, help)
 
+    def _read(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise LookupError(
+                f"Unrecognized config option: {name!r}. Known options: {self._known()}."
+            ) from None
+
     def _known(self) -> str:
-        return ", ".join(sorted(self._kinds))
+        return ", ".join(sorted(self._values))
 
     def _check(self, name: str, value: Any) -> Any:
-        kind = self._kinds[name]
+        kind = self._kinds.get(name)
         if kind is bool:
             # Accept 0/1 and scalar numpy bools, which users commonly pass.
             if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
@@ -160,10 +196,12 @@ class Config:
                     getattr(value, "dtype", None), "kind", None) == "b":
                 return bool(value)
             expected = "a bool (True or False)"
-        else:
+        elif kind is int:
             if value is None or (isinstance(value, int) and not isinstance(value, bool)):
                 return value
             expected = "an int or None"
+        else:
+            return value  # an option added to _values directly: no declared type
         raise TypeError(
             f"Config option {name!r} expects {expected}, got {value!r} "
             f"of type {type(value).__name__}."
@@ -177,11 +215,11 @@ class Config:
         """
         name = (name_or_holder.name if isinstance(name_or_holder, FlagHolder)
                 else name_or_holder)
-        if name not in self._kinds:
+        if name not in self._values:
             raise LookupError(
                 f"Unrecognized config option: {name!r}. Known options: {self._known()}."
             )
-        object.__setattr__(self, name, self._check(name, value))
+        self._values[name] = self._check(name, value)
 
     @contextlib.contextmanager
     def temp_flip_flag(self, var_name: str, var_value: bool) -> Iterator[None]:
@@ -190,34 +228,57 @@ class Config:
         ``var_name`` may be given with or without the ``flax_`` prefix. The previous value
         is restored on exit, also when the block raises.
         """
-        name = var_name if var_name in self._kinds else f"flax_{var_name}"
-        if name not in self._kinds:
+        name = var_name if var_name in self._values else f"flax_{var_name}"
+        if name not in self._values:
             raise LookupError(
                 f"Unrecognized config option: {var_name!r}. Known options: {self._known()}."
             )
-        old = self.__dict__[name]
+        old = self._values[name]
         self.update(name, var_value)
         try:
             yield
         finally:
-            object.__setattr__(self, name, old)
+            self._values[name] = old
 
     def __getattr__(self, name: str) -> Any:
-        # Only reached when normal lookup fails, i.e. for an unknown flag.
+        # Reached when normal lookup fails: a flag while `_values` is swapped for a plain
+        # dict, or an unknown flag.
         if name.startswith("_"):
             raise AttributeError(name)
+        values = self.__dict__.get("_values", {})
+        if name in values:
+            return values[name]
         raise AttributeError(
             f"flaxen.config has no option {name!r}. Known options: {self._known()}."
         )
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name == "_values":
+            self._swap_values(value)
+            return
         raise AttributeError(
             f"Set config options with flaxen.config.update({name!r}, {value!r}), "
             "not by assignment."
         )
 
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"Config option {name!r} cannot be deleted.")
+
+    def _swap_values(self, values: Any) -> None:
+        if not isinstance(values, dict):
+            raise TypeError(
+                f"config._values must be a dict of option values, got {type(values).__name__}."
+            )
+        state = self.__dict__
+        for name in [n for n in state if not n.startswith("_")]:
+            del state[name]
+        object.__setattr__(self, "_values", values)
+        if isinstance(values, _Values) and values._owner is self:
+            # Back on the mirrored store: restore the fast attribute reads.
+            state.update(values)
+
     def __repr__(self) -> str:
-        items = ", ".join(f"{n}={self.__dict__[n]!r}" for n in sorted(self._kinds))
+        items = ", ".join(f"{n}={v!r}" for n, v in sorted(self._values.items()))
         return f"Config({items})"
 
 

@@ -116,7 +116,7 @@ def test_define_bool_state_and_env(fresh_config, monkeypatch):
     assert fresh_config.flax_test_feature is True and holder.value is True
     fresh_config.update("flax_test_feature", False)
     assert holder.value is False
-    with pytest.raises(ValueError, match="already defined"):
+    with pytest.raises(RuntimeError, match="already defined"):
         configurations.define_bool_state("test_feature", False, "again")
 
 
