@@ -23,7 +23,6 @@ from __future__ import annotations
 import abc
 import copy
 import dataclasses
-import itertools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -197,23 +196,17 @@ def unflatten_dict(xs: Mapping[Any, Any], sep: str | None = None) -> dict[Any, A
             f"unflatten_dict expects a dict of path -> value, got {type(xs).__name__}. "
             "Pass the output of flatten_dict."
         )
-    if sep is not None and (type(sep) is not str or len(sep) != 1):
-        # A longer separator can overlap itself ('//' in 'a///b'): only str.split
-        # tells where the parts are.
-        xs = _split_keys(xs, sep)
-        sep = None
-    built = _Built(xs)
+    result: dict[Any, Any] = {}
+    nodes: list[dict] = []
+    keep: list[dict] = []
     try:
-        if sep is None:
-            result = _unflatten_paths(iter(xs.items()), built)
-        else:
-            result = _unflatten_joined(xs, sep, built)
+        _fill(xs, sep, result, nodes, keep)
     except (TypeError, IndexError, AttributeError) as e:
-        _check_paths(xs if sep is None else _split_keys(xs, sep), e)
+        paths = xs if sep is None else _split_keys(xs, sep)
+        _check_paths(paths, e)
         raise
     # Each leaf and each built sub-dict fills one slot of its parent. Fewer filled
     # slots means some key overwrote another entry (a sub-dict or a leaf).
-    nodes = built.nodes
     if len(result) + sum(map(len, nodes)) != len(xs) + len(nodes):
         _check_paths(xs if sep is None else _split_keys(xs, sep), None)
         raise ValueError(f"unflatten_dict: two keys name the same entry. {_CONFLICT_FIX}")
@@ -237,282 +230,49 @@ def _split_keys(xs: Mapping[Any, Any], sep: str) -> dict[Any, Any]:
         ) from None
 
 
-class _Built:
-    """What one unflatten_dict call built (its sub-dicts), and how to tell leaves from them.
-
-    A key whose parent path exists already meets a dict on the way down: a
-    sub-dict built here, or a dict-valued leaf that must not be written into.
-    flatten_dict's output meets existing dicts only where keys of different
-    lengths share a parent, so the ids of the dict-valued leaves are collected
-    lazily, once, by the first such meeting.
-    """
-
-    __slots__ = ("nodes", "made", "_xs", "_leaf_ids")
-
-    def __init__(self, xs: Mapping[Any, Any]) -> None:
-        self.nodes: list[dict] = []  # sub-dicts built here
-        self.made: list[dict] = []  # the empty dicts that stand for empty_node leaves
-        self._xs = xs
-        self._leaf_ids: set[int] | None = None
-
-    def leaf_ids(self) -> set[int]:
-        """The ids of the dict-valued leaves; add the ids of later ``made`` dicts to it."""
-        if self._leaf_ids is None:
-            ids = {id(v) for v in self._xs.values() if type(v) is dict}
-            ids.update(map(id, self.made))
-            self._leaf_ids = ids
-        return self._leaf_ids
-
-    def made_leaf(self) -> dict:
-        """A new empty dict standing for an ``empty_node`` leaf."""
-        value: dict = {}
-        self.made.append(value)
-        if self._leaf_ids is not None:
-            self._leaf_ids.add(id(value))
-        return value
-
-    def is_leaf(self, node: Any) -> bool:
-        """True unless ``node`` (found on the way down) is a sub-dict built here."""
-        return type(node) is not dict or id(node) in self.leaf_ids()
-
-
 _MISSING = object()
 _CONFLICT_FIX = "A key cannot be both a leaf and a sub-dict; remove one of the two entries."
-# Generated loops by (key kind, key lengths met so far in the order met); see _path_loop.
-_LOOPS: dict[tuple[str, tuple[int, ...]], Callable[..., Any]] = {}
-_MAX_SPECIALISED = 8  # key lengths per loop; beyond that, a generic loop takes over
 
 
-def _unflatten_paths(items: Iterator[tuple[Any, Any]], built: _Built) -> dict[Any, Any]:
-    result: dict[Any, Any] = {}
-    pending = next(items, None)
-    lengths: tuple[int, ...] = ()
-    while pending is not None:
-        n = len(pending[0])
-        if n == 0:
-            raise IndexError("empty path")
-        if n in lengths or len(lengths) == _MAX_SPECIALISED:
-            # Many lengths, or a key that unpacks to another length than len() says.
-            _generic_loop(itertools.chain((pending,), items), result, built)
-            break
-        lengths += (n,)
-        loop = _LOOPS.get(("path", lengths)) or _path_loop("path", lengths)
-        # A key of a length not seen yet ends the loop: it comes back to be
-        # handled by a loop that also knows its length.
-        pending = loop(
-            itertools.chain((pending,), items), result, built.nodes, built.made_leaf,
-            built.leaf_ids, _MISSING, empty_node,
-        )
-    return result
+def _fill(xs: Mapping[Any, Any], sep: str | None, result: dict, nodes: list[dict],
+          keep: list[dict]) -> None:
+    """Writes each ``path: value`` of ``xs`` into ``result``, building sub-dicts into ``nodes``.
 
-
-def _unflatten_joined(xs: Mapping[str, Any], sep: str, built: _Built) -> dict[Any, Any]:
-    # "a/b/c" keys with a one-character separator. The parent is named by the
-    # text before the last separator, so a key is split only when that text
-    # changes (splitting every key costs more than all the rest).
-    result: dict[Any, Any] = {}
-    items = iter(xs.items())
-    pending = next(items, None)
-    depths: tuple[int, ...] = ()
-    while pending is not None:
-        n = max(1, pending[0].count(sep))  # parts of the parent path (keys without `sep`: any loop)
-        if n in depths or len(depths) == _MAX_SPECIALISED:
-            _generic_joined(itertools.chain((pending,), items), result, built, sep)
-            break
-        depths += (n,)
-        loop = _LOOPS.get(("joined", depths)) or _path_loop("joined", depths)
-        pending = loop(
-            itertools.chain((pending,), items), result, built.nodes, built.made_leaf,
-            built.leaf_ids, _MISSING, empty_node, sep,
-        )
-    return result
-
-
-def _walk_lines(d: int, dmax: int, pad: str, differ: str) -> list[str]:
-    # Code that brings the sub-dicts n0..n{d-1} in line with the parts a0..a{d-1}.
-    k = [f"k{i}" for i in range(dmax)]
-    nodes = [f"n{i}" for i in range(dmax)]
-    lines = [pad + "if " + " or ".join(f"a{i}{differ}{k[i]}" for i in reversed(range(d))) + ":"]
-    for i in range(d):
-        up = "result" if i == 0 else nodes[i - 1]
-        p = pad + "    "
-        lines += [
-            f"{p}if a{i}{differ}{k[i]}:",
-            f"{p}    if a{i} not in {up}:",
-            f"{p}        {nodes[i]} = {up}[a{i}] = {{}}",
-        ]
-        lines += [f"{p}        {nodes[m]} = {nodes[m - 1]}[a{m}] = {{}}" for m in range(i + 1, d)]
-        lines.append(f"{p}        nodes += ({''.join(f'{nodes[m]}, ' for m in range(i, d))})")
-        lines += [f"{p}        {k[m]} = a{m}" for m in range(i, d)]
-        if d < dmax:  # what longer keys cached below is stale now
-            lines.append(f"{p}        {k[d]} = missing")
-        lines += [
-            f"{p}    else:",
-            f"{p}        {nodes[i]} = {up}[a{i}]",
-            f"{p}        if type({nodes[i]}) is not dict:",
-            f"{p}            raise TypeError('a leaf is used as a sub-dict')",
-            f"{p}        if leaf_ids is None:",
-            f"{p}            leaf_ids = leaf_id_set()",
-            f"{p}        if id({nodes[i]}) in leaf_ids:",
-            f"{p}            raise TypeError('a leaf is used as a sub-dict')",
-            f"{p}        {k[i]} = a{i}",
-        ]
-        if i + 1 < dmax:
-            lines.append(f"{p}        {k[i + 1]} = missing")
-    return lines
-
-
-def _path_loop(kind: str, lengths: tuple[int, ...]) -> Callable[..., Any]:
-    """Builds (and caches) an unflatten loop for keys of the given lengths.
-
-    ``kind == "path"``: tuple keys of ``lengths`` parts. Per leaf, the loop
-    unpacks the key into named parts and compares each with the previous key's
-    by identity; only the levels that changed are looked up again, and below a
-    new sub-dict everything is new. That is much cheaper than slicing off the
-    parent path (a new tuple per leaf) and comparing tuples; parts that are
-    equal but not identical just cost a lookup. For ``lengths == (3,)``::
-
-        def loop(items, result, nodes, made_leaf, leaf_id_set, missing, empty):
-            leaf_ids = None              # ids of dict-valued leaves, collected on first need
-            k0 = k1 = missing            # parts of the previous key
-            n0 = n1 = result             # the sub-dicts they lead to
-            for path, value in items:
-                if value is empty:
-                    value = made_leaf()
-                try:
-                    a0, a1, last, = path
-                except ValueError:         # a key of another length: the caller
-                    return path, value     # goes on with a loop for both lengths
-                if a1 is not k1 or a0 is not k0:
-                    if a0 is not k0:
-                        if a0 not in result:       # new: so is everything below
-                            n0 = result[a0] = {}
-                            n1 = n0[a1] = {}
-                            nodes += (n0, n1,)
-                            k0 = a0
-                            k1 = a1
-                        else:                      # built here, or a leaf in the way?
-                            n0 = result[a0]
-                            if type(n0) is not dict:
-                                raise TypeError(...)
-                            if leaf_ids is None:
-                                leaf_ids = leaf_id_set()
-                            if id(n0) in leaf_ids:
-                                raise TypeError(...)
-                            k0 = a0
-                            k1 = missing
-                    if a1 is not k1:
-                        ...  # the same one level down
-                n1[last] = value
-            return None
-
-    With several lengths, ``n = len(path)`` picks a branch per length; all
-    branches share the per-level state (a level re-resolved marks the one below
-    stale). A leaf written over a sub-dict (or over another leaf) is caught by
-    the caller's final count.
-
-    ``kind == "joined"``: str keys, ``lengths`` being the numbers of parts of
-    their parent paths. Per leaf: ``key.rpartition(sep)`` and one comparison of
-    the parent text with the previous key's; only when it differs is it split
-    and walked as above, comparing parts by value (split makes new strings).
+    Keys come in flatten_dict's order, so consecutive keys mostly share their parent
+    path: the walk down from the root happens only when it changes. A dict met on the
+    way down must be one built here, never a dict-valued leaf (which is not written
+    into): the ids of those leaves are recorded as they pass, ``keep`` holding the
+    empty dicts made for ``empty_node`` alive. A leaf that comes after a key below it
+    overwrites a built sub-dict, which the caller's slot count catches.
     """
-    dmax = max(lengths) - (kind == "path")
-    args = "items, result, nodes, made_leaf, leaf_id_set, missing, empty"
-    lines = [f"def loop({args}{', sep' if kind == 'joined' else ''}):", "    leaf_ids = None"]
-    if dmax:
-        lines.append("    " + " = ".join(f"k{i}" for i in range(dmax)) + " = missing")
-        lines.append("    " + " = ".join(f"n{i}" for i in range(dmax)) + " = result")
-    single = len(lengths) == 1
-    if kind == "path":
-        lines += [
-            "    for path, value in items:",
-            "        if value is empty:",
-            "            value = made_leaf()",
-        ]
-        if not single:
-            lines.append("        n = len(path)")
-        for j, length in enumerate(lengths):
-            pad = "        " if single else "            "
-            if not single:
-                lines.append(f"        {'if' if j == 0 else 'elif'} n == {length}:")
-            d = length - 1
-            unpack = "".join(f"a{i}, " for i in range(d)) + "last, = path"
-            if single:
-                # No length test: a key of another length fails to unpack (once).
-                lines += [f"{pad}try:", f"{pad}    {unpack}", f"{pad}except ValueError:", f"{pad}    return path, value"]
-            else:
-                lines.append(pad + unpack)
-            if d:
-                lines += _walk_lines(d, dmax, pad, " is not ")
-            lines.append(f"{pad}{f'n{d - 1}' if d else 'result'}[last] = value")
-        if not single:
-            lines += ["        else:", "            return path, value"]
-    else:
-        lines += [
-            "    prev = missing",
-            "    parent = result",
-            "    for key, value in items:",
-            "        if value is empty:",
-            "            value = made_leaf()",
-            "        head, found, last = key.rpartition(sep)",
-            "        if head != prev:",
-            "            if found:",
-            "                parts = head.split(sep)",
-            "                n = len(parts)",
-        ]
-        for j, d in enumerate(lengths):
-            pad = "                    "
-            lines.append(f"                {'if' if j == 0 else 'elif'} n == {d}:")
-            lines.append(pad + "".join(f"a{i}, " for i in range(d)) + "= parts")
-            lines += _walk_lines(d, dmax, pad, " != ")
-            lines.append(f"{pad}parent = n{d - 1}")
-        lines += [
-            "                else:",
-            "                    return key, value",
-            # "" names both the root (key "x") and the path ("",) (key "/x"): never reuse it.
-            "                prev = head or missing",
-            "            else:",
-            "                parent = result",
-            "                prev = missing",
-            "        parent[last] = value",
-        ]
-    lines.append("    return None")
-    namespace: dict[str, Any] = {}
-    exec("\n".join(lines), namespace)  # noqa: S102 - the source is built above from ints only
-    loop = namespace["loop"]
-    if len(_LOOPS) < 256:
-        _LOOPS[kind, lengths] = loop
-    return loop
-
-
-def _generic_loop(items: Iterator[tuple[Any, Any]], result: dict, built: _Built) -> None:
-    # Any key lengths; walks down from the root whenever the parent path changes.
     empty = empty_node
-    add = built.nodes.append
+    add = nodes.append
+    dict_leaves: set[int] = set()
     prev: Any = _MISSING
     parent = result
-    for path, value in items:
-        if value is empty:
-            value = built.made_leaf()
+    for path, value in xs.items():
+        if sep is not None:
+            path = path.split(sep)
+        if type(value) is dict:
+            dict_leaves.add(id(value))
+        elif value is empty:
+            value = {}
+            keep.append(value)
+            dict_leaves.add(id(value))
         prefix = path[:-1]
         if prefix != prev:
             parent = result
             for key in prefix:
-                if key not in parent:
+                if key in parent:
+                    parent = parent[key]
+                    if type(parent) is not dict or (dict_leaves and id(parent) in dict_leaves):
+                        raise TypeError("a leaf is used as a sub-dict")
+                else:
                     node = parent[key] = {}
                     add(node)
-                else:
-                    node = parent[key]
-                    if built.is_leaf(node):
-                        raise TypeError("a leaf is used as a sub-dict")
-                parent = node
+                    parent = node
             prev = prefix
         parent[path[-1]] = value
-
-
-def _generic_joined(items: Iterator[tuple[str, Any]], result: dict, built: _Built, sep: str) -> None:
-    # Like _generic_loop, for "a/b/c" keys.
-    _generic_loop(((tuple(k.split(sep)), v) for k, v in items), result, built)
 
 
 def _check_paths(xs: Mapping[Any, Any], error: BaseException | None) -> None:
