@@ -58,6 +58,7 @@ __all__ = [
     "ScopeVariableNotFoundError",
     "SetAttributeFrozenModuleError",
     "SetAttributeInModuleSetupError",
+    "TorchConversionError",
     "TraceContextError",
     "TransformTargetError",
     "TransformedMethodReturnValueError",
@@ -616,4 +617,29 @@ class MPARestoreTypeNotMatchError(FlaxError):
             f'Restoring checkpoint step {step} failed at "{gda_path}": the saved '
             "multiprocess array type does not match the array type in use. Restore "
             "into jax.Array targets (the only kind current JAX supports)."
+        )
+
+
+# --- Weight import (flaxen.interop) ----------------------------------------------------
+
+
+class TorchConversionError(FlaxError):
+    """Imported (torch / safetensors) weights do not fit the flaxen target; lists every problem.
+
+    >>> err = TorchConversionError(["torch key 'fc.weight' (3, 4) maps nowhere"])
+    >>> err.problems
+    ["torch key 'fc.weight' (3, 4) maps nowhere"]
+    """
+
+    def __init__(self, problems: Any) -> None:
+        if isinstance(problems, str):
+            problems = [problems]
+        self.problems = list(problems)
+        listing = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(
+            f"The imported weights do not fit the flaxen target ({len(self.problems)} "
+            f"problem{'s' if len(self.problems) != 1 else ''}):\n{listing}\n"
+            "Check that the flaxen model has the same layers and sizes as the torch one, "
+            "or pass rules={torch_key_or_module: target_path | None | fn} to map, drop or "
+            "transform what the automatic matching gets wrong."
         )

@@ -46,6 +46,7 @@ CASES = {
     "ScopeVariableNotFoundError": ("mean", "batch_stats", "/BN_1"),
     "SetAttributeFrozenModuleError": ("SomeModule", "num_features", "val_10"),
     "SetAttributeInModuleSetupError": (),
+    "TorchConversionError": ("torch key fc.weight maps nowhere",),
     "TraceContextError": ("cannot mutate across traces",),
     "TransformTargetError": ("dense_instance",),
     "TransformedMethodReturnValueError": ("encode_method",),
