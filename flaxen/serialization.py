@@ -26,6 +26,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import jax
+import msgpack
+import numpy as np
 
 from flaxen import _msgpack_ext
 
@@ -178,6 +180,14 @@ def _check_mapping(state: Any, kind: str) -> None:
         )
 
 
+def _mismatch(message: str, fix: str) -> ValueError:
+    # The message is Flax's, word for word (code matches on it); the fix rides along as a note,
+    # which tracebacks show under it.
+    error = ValueError(message)
+    error.add_note(fix)
+    return error
+
+
 def _short(x: Any) -> str:
     text = repr(x)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -191,11 +201,12 @@ def _restore_dict(xs: dict[Any, Any], states: dict[str, Any]) -> dict[Any, Any]:
     _check_mapping(states, "dict")
     missing = [key for key in xs if str(key) not in states]
     if missing:
-        raise ValueError(
+        raise _mismatch(
             "The target dict keys and state dict keys do not match, target dict contains keys "
             f"{set(map(str, missing))} which are not present in state dict at path "
-            f"{_display_path()} (state has keys {sorted(map(str, states))}). Restore into a target "
-            "with the same keys as the saved tree."
+            f"{current_path()}",
+            f"The state dict has keys {sorted(map(str, states))} there. Restore into a target "
+            "with the same keys as the saved tree.",
         )
     return {key: from_state_dict(value, states[str(key)], name=str(key)) for key, value in xs.items()}
 
@@ -207,10 +218,10 @@ def _list_state_dict(xs: list[Any] | tuple[Any, ...]) -> dict[str, Any]:
 def _restore_list(xs: list[Any], state_dict: dict[str, Any]) -> list[Any]:
     _check_mapping(state_dict, "list")
     if len(state_dict) != len(xs):
-        raise ValueError(
+        raise _mismatch(
             "The size of the list and the state dict do not match, got "
-            f"{len(xs)} and {len(state_dict)} at path {_display_path()}. The target list must have "
-            "as many entries as the saved one."
+            f"{len(xs)} and {len(state_dict)} at path {current_path()}",
+            "The target list (or tuple) must have as many entries as the saved one.",
         )
     out = []
     for i, x in enumerate(xs):
@@ -233,13 +244,27 @@ def _namedtuple_state_dict(nt: Any) -> dict[str, Any]:
     return {key: to_state_dict(getattr(nt, key)) for key in nt._fields}
 
 
+_LEGACY_NAMEDTUPLE_KEYS = frozenset({"name", "fields", "values"})
+
+
+def _from_legacy_namedtuple(state_dict: dict[str, Any]) -> dict[str, Any]:
+    # Old Flax versions saved a named tuple as {'name': ..., 'fields': {'0': 'a', ...},
+    # 'values': {'0': 1, ...}}; today's form is {'a': 1, ...}.
+    fields, values = state_dict["fields"], state_dict["values"]
+    if not isinstance(fields, dict) or not isinstance(values, dict) or set(fields) != set(values):
+        return state_dict
+    return {fields[key]: values[key] for key in fields}
+
+
 def _restore_namedtuple(xs: Any, state_dict: dict[str, Any]) -> Any:
     _check_mapping(state_dict, "namedtuple")
+    if set(state_dict) == _LEGACY_NAMEDTUPLE_KEYS and set(xs._fields) != _LEGACY_NAMEDTUPLE_KEYS:
+        state_dict = _from_legacy_namedtuple(state_dict)
     if set(state_dict) != set(xs._fields):
-        raise ValueError(
+        raise _mismatch(
             "The field names of the state dict and the named tuple do not match, got "
-            f"{set(state_dict)} and {set(xs._fields)} at path {_display_path()}. Restore into "
-            f"a {type(xs).__name__} with the saved fields."
+            f"{set(state_dict)} and {set(xs._fields)} at path {current_path()}",
+            f"Restore into a {type(xs).__name__} with the saved fields.",
         )
     fields = {k: from_state_dict(getattr(xs, k), v, name=k) for k, v in state_dict.items()}
     return type(xs)(**fields)
@@ -309,3 +334,58 @@ def from_bytes(target: Any, encoded_bytes: bytes) -> Any:
     {'a': 1}
     """
     return from_state_dict(target, msgpack_restore(encoded_bytes))
+
+
+# --- Flax's private helpers, kept for code written against them -------------------------
+
+
+def _ndarray_payload(arr: Any) -> bytes:
+    arr = np.asarray(arr)
+    return msgpack.packb((arr.shape, arr.dtype.name, arr.tobytes("C")), use_bin_type=True)
+
+
+def _msgpack_ext_pack(x: Any) -> Any:
+    """``default=`` hook for ``msgpack.packb``: arrays, complex numbers and numpy scalars as
+    the extension types :func:`msgpack_restore` reads; anything else is returned unchanged.
+
+    >>> import msgpack, numpy as np
+    >>> data = msgpack.packb(np.arange(3), default=_msgpack_ext_pack, strict_types=True)
+    >>> msgpack_restore(data).tolist()
+    [0, 1, 2]
+    """
+    if isinstance(x, (np.ndarray, jax.Array)):
+        return msgpack.ExtType(_msgpack_ext.EXT_NDARRAY, _ndarray_payload(x))
+    if isinstance(x, np.generic):
+        return msgpack.ExtType(_msgpack_ext.EXT_NPSCALAR, _ndarray_payload(x))
+    if isinstance(x, complex):
+        return msgpack.ExtType(_msgpack_ext.EXT_COMPLEX, msgpack.packb((x.real, x.imag)))
+    return x
+
+
+def _chunk_array_leaves_in_place(pytree: Any) -> Any:
+    """Replaces arrays above ``MAX_CHUNK_SIZE`` bytes in nested dicts by their chunked form.
+
+    The chunked form is ``{'__msgpack_chunked_array__': True, 'shape': {'0': d0, ...},
+    'chunks': {'0': flat_piece, ...}}``, which :func:`msgpack_restore` turns back into the array.
+    Dicts are updated in place; the (possibly new) tree is returned.
+
+    >>> _chunk_array_leaves_in_place({'a': np.zeros(3)})['a'].shape  # small: unchanged
+    (3,)
+    """
+    if isinstance(pytree, dict):
+        for key, value in pytree.items():
+            pytree[key] = _chunk_array_leaves_in_place(value)
+        return pytree
+    if isinstance(pytree, (np.ndarray, jax.Array)):
+        arr = np.asarray(pytree)
+        if arr.size * arr.dtype.itemsize <= MAX_CHUNK_SIZE:
+            return pytree
+        per_chunk = max(1, MAX_CHUNK_SIZE // arr.dtype.itemsize)
+        flat = arr.reshape(-1)
+        pieces = [flat[i:i + per_chunk] for i in range(0, flat.size, per_chunk)]
+        return {
+            _msgpack_ext.CHUNKED_KEY: True,
+            "shape": {str(i): d for i, d in enumerate(arr.shape)},
+            "chunks": {str(i): p for i, p in enumerate(pieces)},
+        }
+    return pytree

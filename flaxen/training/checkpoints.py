@@ -544,8 +544,9 @@ def restore_checkpoint(
         restored = serialization.from_state_dict(target, state_dict)
     except ValueError as e:
         if type(e) is ValueError:
+            detail = " ".join([str(e), *getattr(e, "__notes__", ())])
             raise ValueError(
-                f'Checkpoint "{ckpt_path}" does not match the restore target: {e}'
+                f'Checkpoint "{ckpt_path}" does not match the restore target: {detail}'
             ) from e
         e.add_note(f'while restoring checkpoint "{ckpt_path}" into the given target')
         raise
