@@ -15,15 +15,15 @@ elements, because one msgpack object cannot exceed 4 GiB.
 
 Why not ``msgpack.packb`` with a ``default`` hook: that path copies each array
 twice (``tobytes`` and the ext payload) and then grows and copies the whole
-output buffer. Here the encoder first lays out every small header in Python,
-sizes the output exactly, and copies each array's bytes once, straight into
-the result. The decoder lets msgpack's C parser walk the structure and turns
-each array payload into a zero-copy ``np.frombuffer`` view of it.
+output buffer. Here the encoder lays out the small headers in Python and keeps
+large arrays as they are; ``b"".join`` then sizes the output once and copies
+each array's bytes once, straight into the result. The decoder lets msgpack's C
+parser walk the structure; a large array payload's header is read by a
+``msgpack.Unpacker`` and its bytes become a zero-copy ``np.frombuffer`` view.
 """
 
 from __future__ import annotations
 
-import ctypes
 import re
 import struct
 from typing import Any
@@ -312,19 +312,15 @@ class _Writer:
 
     def finish(self) -> bytes:
         self.flush()
-        out, view = _new_bytes(self.size)
-        pos = 0
-        for part in self.parts:
-            if type(part) is bytes:
-                n = len(part)
-                view[pos:pos + n] = part
-            else:
-                n = part.nbytes
-                dst = np.frombuffer(view[pos:pos + n], dtype=np.uint8)
-                np.copyto(dst.view(part.dtype).reshape(part.shape), part, casting="no")
-            pos += n
-        del view
-        return out if type(out) is bytes else bytes(out)
+        return b"".join(map(as_buffer, self.parts))
+
+
+def as_buffer(part: bytes | np.ndarray) -> bytes | memoryview:
+    """The bytes of one :func:`encode_parts` part (an array's in C order), uncopied if possible."""
+    if type(part) is bytes:
+        return part
+    # Viewing as uint8 gives a buffer even for dtypes (bfloat16, ...) memoryview cannot express.
+    return memoryview(np.ascontiguousarray(part).reshape(-1).view(np.uint8))
 
 
 def _note_key(e: BaseException, key: Any) -> None:
@@ -351,29 +347,6 @@ def _is_array(x: Any) -> bool:
     # jax.Array and other array types; checked by duck typing so this module
     # stays importable without touching JAX.
     return hasattr(x, "__array__") and hasattr(x, "dtype") and hasattr(x, "shape")
-
-
-def _new_bytes(n: int) -> tuple[bytes | bytearray, memoryview]:
-    """An uninitialised ``bytes`` of length ``n`` plus a writable view of its storage.
-
-    Filling a fresh, unshared bytes object in place is what C code does with
-    ``PyBytes_FromStringAndSize(NULL, n)``; doing it here avoids a full extra
-    copy of the output. Falls back to a bytearray (copied once at the end)
-    where ctypes cannot do it.
-    """
-    try:
-        make = ctypes.pythonapi.PyBytes_FromStringAndSize
-        make.restype = ctypes.py_object
-        make.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
-        out = make(None, n)
-        if n == 0:
-            return out, memoryview(bytearray())
-        offset = bytes.__basicsize__ - 1  # the trailing NUL is counted in the basic size
-        storage = (ctypes.c_char * n).from_address(id(out) + offset)
-        return out, memoryview(storage).cast("B")
-    except (AttributeError, TypeError, ValueError):  # pragma: no cover - non-CPython
-        holder = bytearray(n)
-        return holder, memoryview(holder)
 
 
 def _write_tree(pytree: Any, chunk_size: int, sort_keys: bool) -> _Writer:
@@ -440,75 +413,38 @@ def dtype_from_name(name: Any) -> np.dtype:
     return dtype
 
 
-def _read_uint(data: bytes, pos: int) -> tuple[int, int]:
-    b = data[pos]
-    if b < 0x80:
-        return b, pos + 1
-    width = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}.get(b)
-    if width is None:
-        # Negative or non-integer: let the generic path report it.
-        raise _Unusual
-    end = pos + 1 + width
-    return int.from_bytes(data[pos + 1:end], "big"), end
-
-
-def _read_len(data: bytes, pos: int, fix_base: int, fix_mask: int, codes: dict[int, int]) -> tuple[int, int]:
-    b = data[pos]
-    if fix_mask and b & ~fix_mask & 0xFF == fix_base:
-        return b & fix_mask, pos + 1
-    width = codes.get(b)
-    if width is None:
-        raise _Unusual
-    end = pos + 1 + width
-    return int.from_bytes(data[pos + 1:end], "big"), end
-
-
-class _Unusual(Exception):
-    """The payload is encoded in a valid but unexpected way; use the generic parser."""
-
-
-_ARRAY_LEN = {0xDC: 2, 0xDD: 4}
-_STR_LEN = {0xD9: 1, 0xDA: 2, 0xDB: 4}
-_BIN_LEN = {0xC4: 1, 0xC5: 2, 0xC6: 4}
-
-
-def _parse_array_payload(data: bytes) -> tuple[list[int], Any, int]:
-    """Reads ``[shape, dtype_name, bin]`` headers; returns shape, name and data offset."""
-    try:
-        if data[0] != 0x93:
-            raise _Unusual
-        ndim, pos = _read_len(data, 1, 0x90, 0x0F, _ARRAY_LEN)
-        shape = []
-        for _ in range(ndim):
-            d, pos = _read_uint(data, pos)
-            shape.append(d)
-        n, pos = _read_len(data, pos, 0xA0, 0x1F, _STR_LEN)
-        name = data[pos:pos + n].decode("utf-8")
-        pos += n
-        nbytes, pos = _read_len(data, pos, 0, 0, _BIN_LEN)
-        if pos + nbytes != len(data):
-            raise _Unusual
-        return shape, name, pos
-    except (_Unusual, IndexError, UnicodeDecodeError):
-        pass
-    # Unusual but maybe valid encoding (e.g. another msgpack writer): parse generically.
-    try:
-        shape, name, raw = msgpack.unpackb(data, raw=False)
-    except Exception as e:
-        raise DecodeError(f"malformed array payload ({type(e).__name__}: {e})") from None
-    if not isinstance(raw, bytes) or not isinstance(shape, list):
-        raise DecodeError("malformed array payload (expected [shape, dtype name, bytes])")
-    if not all(type(d) is int and d >= 0 for d in shape):
-        raise DecodeError(f"malformed array shape {shape!r}")
-    offset = len(data) - len(raw)
-    if data[offset:] != raw:
-        raise DecodeError("malformed array payload (the array bytes are not at the end)")
-    return shape, name, offset
-
-
 # Payloads up to this size are parsed by msgpack's C code (copying them is cheap);
 # larger ones are read in place so their bytes are never copied a second time.
 _SMALL_PAYLOAD = 1 << 16
+# How much of a large payload is handed to the Unpacker to read the header from.
+_HEADER_PEEK = 1 << 12
+_BIN_LEN_WIDTH = {0xC4: 1, 0xC5: 2, 0xC6: 4}
+
+
+def _read_header(data: bytes, peek: int) -> tuple[Any, Any, int]:
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=peek)
+    unpacker.feed(memoryview(data)[:peek])
+    if unpacker.read_array_header() != 3:
+        raise ValueError("expected [shape, dtype name, bytes]")
+    shape = unpacker.unpack()
+    name = unpacker.unpack()
+    return shape, name, unpacker.tell()
+
+
+def _parse_array_payload(data: bytes) -> tuple[list[int], Any, int]:
+    """Reads a large ``[shape, dtype_name, bin]`` payload's header; returns shape, name, offset."""
+    try:
+        # numpy arrays have at most 64 dimensions: a valid header is far shorter.
+        shape, name, pos = _read_header(data, _HEADER_PEEK)
+        width = _BIN_LEN_WIDTH[data[pos]]  # the bytes' own header: type byte, then length
+    except Exception as e:
+        raise DecodeError(f"malformed array payload ({type(e).__name__}: {e})") from None
+    if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
+        raise DecodeError(f"malformed array shape {shape!r}")
+    offset = pos + 1 + width
+    if offset + int.from_bytes(data[pos + 1:offset], "big") != len(data):
+        raise DecodeError("malformed array payload (the array bytes are not at the end)")
+    return shape, name, offset
 
 
 def _decode_small_array(data: bytes) -> np.ndarray:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from flaxen import serialization
+from flaxen import _msgpack_ext, serialization
 
 _READ_CHUNK = 64 << 20
 _MAX_READERS = 8
@@ -33,30 +33,10 @@ def encode_parts(state_dict: Any, copy_arrays: bool = False) -> list[Any]:
     (and Flax's ``to_bytes``). ``copy_arrays`` snapshots mutable numpy arrays, for writes that
     finish later on another thread (JAX arrays are immutable and are never copied).
     """
-    try:
-        # The shared encoder's part list (headers as bytes, big arrays as themselves) is
-        # exactly what streaming needs; tests check the file equals `to_bytes`.
-        from flaxen._msgpack_ext import _Writer
-
-        writer = _Writer(serialization.MAX_CHUNK_SIZE, False)
-        writer.value(state_dict)
-        writer.flush()
-        parts = list(writer.parts)
-    except Exception:
-        # Anything unexpected: the public encoder either produces the bytes or raises its
-        # error message, which names the failing path.
-        return [serialization.msgpack_serialize(state_dict, in_place=True)]
+    parts = _msgpack_ext.encode_parts(state_dict, serialization.MAX_CHUNK_SIZE, sort_keys=False)
     if copy_arrays:
         parts = [p.copy() if type(p) is np.ndarray and p.flags.writeable else p for p in parts]
     return parts
-
-
-def _as_bytes_view(part: Any) -> memoryview:
-    if type(part) is bytes:
-        return memoryview(part)
-    arr = np.ascontiguousarray(part).reshape(-1)
-    # Viewing as uint8 gives a buffer even for dtypes (bfloat16, ...) memoryview cannot express.
-    return memoryview(arr.view(np.uint8))
 
 
 def _write_all(fd: int, view: memoryview) -> None:
@@ -99,7 +79,7 @@ def write_file(tmp_path: str, parts: list[Any]) -> None:
             if pending:
                 _write_all(fd, memoryview(pending))
                 pending = bytearray()
-            _write_all(fd, _as_bytes_view(part))
+            _write_all(fd, memoryview(_msgpack_ext.as_buffer(part)))
         if pending:
             _write_all(fd, memoryview(pending))
         os.fsync(fd)
