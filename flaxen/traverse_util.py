@@ -476,13 +476,21 @@ class TraverseItem(Traversal):
         key = self._key
         if isinstance(inputs, tuple):
             items = list(inputs)
-            items[key] = fn(items[key])
+            self._update_items(fn, items)
             return type(inputs)(*items) if _is_namedtuple(inputs) else tuple(items)
         if isinstance(inputs, _frozen_dict_type()):
             return inputs.copy({key: fn(inputs[key])})
         out = copy.copy(inputs)
-        out[key] = fn(out[key])
+        self._update_items(fn, out)
         return out
+
+    def _update_items(self, fn: Callable[[Any], Any], items: Any) -> None:
+        # A slice selects several items: fn applies to each of them, not to the sub-list.
+        if isinstance(self._key, slice):
+            for i in range(len(items))[self._key]:
+                items[i] = fn(items[i])
+        else:
+            items[self._key] = fn(items[self._key])
 
     def iterate(self, inputs: Any) -> Iterator[Any]:
         if isinstance(self._key, slice):

@@ -297,3 +297,9 @@ def test_unflatten_random_keys_match_plain_algorithm():
             assert _same(tu.unflatten_dict(flat), _slow_unflatten(flat)), flat
             joined = {"/".join(k): v for k, v in flat.items()}
             assert _same(tu.unflatten_dict(joined, sep="/"), _slow_unflatten(flat))
+
+
+def test_slice_items_update_each_selected_item():
+    assert tu.t_identity[1:3].update(lambda x: x + x, (1, 2, 3, 4)) == (1, 4, 6, 4)
+    assert tu.t_identity[::2].update(lambda x: -x, [1, 2, 3, 4]) == [-1, 2, -3, 4]
+    assert list(tu.t_identity[1:3].iterate((1, 2, 3, 4))) == [2, 3]
