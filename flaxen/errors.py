@@ -22,6 +22,15 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "SowTypeError",
+    "SetAttributesNotFoundError",
+    "RngStreamNotFoundError",
+    "NotAGraphNodeError",
+    "NNXTransformError",
+    "NNXFilterError",
+    "NNXError",
+    "GraphUpdateStaticError",
+    "GraphStateMismatchError",
     "AlreadyExistsError",
     "ApplyModuleInvalidMethodError",
     "ApplyScopeInvalidVariablesStructureError",
@@ -183,8 +192,8 @@ class AssignSubModuleError(FlaxError):
     def __init__(self, cls: Any) -> None:
         self.cls = cls
         super().__init__(
-            f"Submodule {_fmt(cls)} must be created in setup() or in the method wrapped "
-            "in @nn.compact, but it was created elsewhere. Move its construction into "
+            f"Submodule {_fmt(cls)} must be defined in `setup()` or in a method wrapped "
+            "in `@compact`, but it was created elsewhere. Move its construction into "
             "setup() (assigning it to self) or decorate the calling method with "
             "@nn.compact."
         )
@@ -195,7 +204,7 @@ class CallCompactUnboundModuleError(FlaxError):
 
     def __init__(self) -> None:
         super().__init__(
-            "Can't call compact methods on an unbound Module: it has no variables. "
+            "Can't call compact methods on unbound modules: this Module has no variables. "
             "Use variables = module.init(rng, x) and then module.apply(variables, x), "
             "or bind it first with module.bind(variables)."
         )
@@ -238,7 +247,7 @@ class DescriptorAttributeError(FlaxError):
 
     def __init__(self) -> None:
         super().__init__(
-            "A property of this Module tried to access an attribute that does not "
+            "Trying to access a property that accessed an attribute that does not "
             "exist (the AttributeError came from inside the property). Check the "
             "attribute names used in the property's body."
         )
@@ -260,7 +269,7 @@ class MultipleMethodsCompactError(FlaxError):
 
     def __init__(self) -> None:
         super().__init__(
-            "Only one method per Module class can be @compact. Keep @compact on one "
+            "Only one method per class can be @compact. Keep @compact on one "
             "method and define the other submodules in setup(), or split the Module "
             "into two Modules that each have one @compact method."
         )
@@ -274,8 +283,8 @@ class NameInUseError(FlaxError):
         self.value = value
         self.module_name = module_name
         super().__init__(
-            f'Could not create {key_type} "{value}" in Module {module_name}: the name '
-            "is already used by a submodule, param or variable (they share one "
+            f'Could not create {key_type} "{value}" in Module {module_name}: Name in use. '
+            "The name is already used by a submodule, param or variable (they share one "
             "namespace). Give it a different name, or to share a submodule reuse the "
             "same instance instead of creating a second one with the same name."
         )
@@ -301,8 +310,8 @@ class SetAttributeFrozenModuleError(FlaxError):
         self.attr_name = attr_name
         self.attr_val = attr_val
         super().__init__(
-            f"Can't set {attr_name}={attr_val!r} on a Module of type {_fmt(module_cls)}: "
-            "Module instances are frozen outside of setup(). Assign attributes in "
+            f"Can't set {attr_name}={attr_val!r} for Module of type {_fmt(module_cls)}: "
+            "Module instance is frozen outside of setup method. Assign attributes in "
             "setup(), pass the value as a constructor field, or make a modified copy "
             f"with module.clone({attr_name}=...)."
         )
@@ -482,6 +491,78 @@ class InvalidFilterError(FlaxError):
             f'Invalid filter: "{_fmt(filter_like)}". A filter must be a bool, a string, '
             "a type, a callable or a container (list/tuple/set) of those."
         )
+
+
+# --- NNX graph and transform mistakes ----------------------------------------------------
+
+
+class NNXError(FlaxError):
+    """Base of the NNX errors: ``path`` names where in the object graph, ``fix`` the way out.
+
+    >>> err = GraphStateMismatchError('/linear/kernel', 'no value for this Param')
+    >>> isinstance(err, ValueError), err.path
+    (True, '/linear/kernel')
+    """
+
+    default_fix = ""
+
+    def __init__(self, path: str, problem: str, fix: str | None = None) -> None:
+        self.path = path
+        self.problem = problem
+        self.fix = self.default_fix if fix is None else fix
+        where = f"at {path}: " if path else ""
+        super().__init__(f"{where}{problem}. {self.fix}".rstrip())
+
+
+class GraphStateMismatchError(NNXError, ValueError):
+    """A State does not fit a graph definition (a missing or an extra entry)."""
+
+    default_fix = ("Split the graphdef and the state from the same model (or a model of the "
+                   "same structure).")
+
+
+class GraphUpdateStaticError(NNXError, ValueError):
+    """``graph_update_static`` met two graphs it cannot reconcile."""
+
+    default_fix = ("Update a node only from a copy of itself (e.g. one made by nnx.clone or "
+                   "a transform), adding new sub-nodes that are not shared.")
+
+
+class NotAGraphNodeError(NNXError, TypeError):
+    """A graph operation got something that is not a graph node or a container of them."""
+
+    default_fix = "Pass an nnx.Module, nnx.Rngs, a Variable, or a list/dict/tuple of them."
+
+
+class NNXFilterError(NNXError, ValueError):
+    """Filters passed to a split cannot partition the state as asked."""
+
+    default_fix = "Add a filter for the rest, e.g. end the filters with `...`."
+
+
+class NNXTransformError(NNXError, ValueError):
+    """An NNX transform (jit, grad, vmap, scan, ...) got arguments it cannot lift."""
+
+    default_fix = "See the transform's docstring for the arguments it accepts."
+
+
+class RngStreamNotFoundError(NNXError, AttributeError):
+    """An RNG stream was asked for that the Rngs does not have, and there is no default."""
+
+    default_fix = ("Create it with nnx.Rngs(name=seed), or give a default stream: "
+                   "nnx.Rngs(seed).")
+
+
+class SowTypeError(NNXError, ValueError):
+    """``Module.sow`` found an attribute of the wrong kind under the name it writes."""
+
+    default_fix = "Use another name, or the same Variable type as the earlier sow."
+
+
+class SetAttributesNotFoundError(NNXError, ValueError):
+    """``Module.set_attributes`` found no submodule with one of the attributes asked for."""
+
+    default_fix = "Check the attribute names, or pass raise_if_not_found=False."
 
 
 # --- Utilities ----------------------------------------------------------------------------

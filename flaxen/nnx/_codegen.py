@@ -17,7 +17,17 @@ import types
 import typing as tp
 
 from flaxen.nnx import _trace
-from flaxen.nnx._graph_engine import GraphNode, _Identity, var_def_paths
+from flaxen.nnx._graph_node import GraphNode
+from flaxen.nnx._graphdef import (
+    ArrayLeaf,
+    NodeDef,
+    NodeRef,
+    PytreeType,
+    Static,
+    VariableDef,
+    count_defs,
+    var_def_paths,
+)
 from flaxen.nnx.state import State
 from flaxen.nnx.variables import Variable, VariableState
 
@@ -26,10 +36,6 @@ MISS = object()
 # more than it could save.
 _MAX_OBJECTS = 20_000
 _LITERAL_TYPES = (str, int, bool, type(None))
-
-
-def _thaw(v: tp.Any) -> tp.Any:
-    return v.obj if type(v) is _Identity else v
 
 
 class _Source:
@@ -68,9 +74,11 @@ class _Source:
 
 def _var_paths(defs: tuple) -> list[tuple[tuple, tuple]] | None:
     """``(path, var def)`` of each Variable in walk order, or None for graphs too large."""
-    out, count = var_def_paths(defs)
-    if count > _MAX_OBJECTS:
+    if count_defs(defs) > _MAX_OBJECTS:
         return None
+    out = var_def_paths(defs)
+    if any(d.type is ArrayLeaf for _, d in out):
+        return None  # bare arrays: the interpreter handles them
     return out
 
 
@@ -133,7 +141,7 @@ def make_states_fn(defs: tuple) -> tp.Callable[[list], State] | None:
     if n:
         ln.append(", ".join(f"v{i}" for i in range(n)) + ", = vs")
     for i, (_, d) in enumerate(vp):
-        ln.append(f"a{i} = _new(_VS); _vs_type(a{i}, {src.const(d[1])}); "
+        ln.append(f"a{i} = _new(_VS); _vs_type(a{i}, {src.const(d.type)}); "
                   f"_vs_value(a{i}, v{i}.raw_value); _vs_meta(a{i}, _dict(v{i}._var_metadata))")
 
     def emit(node: dict) -> str:
@@ -150,7 +158,7 @@ def make_states_fn(defs: tuple) -> tp.Callable[[list], State] | None:
 
 def make_merge_fn(defs: tuple) -> tp.Callable[[State], tp.Any] | None:
     """``fn(state) -> node`` (or :data:`MISS`) equal to the interpreter's merge, or None."""
-    if len(defs) != 1 or defs[0][0] not in ("node", "tree"):
+    if len(defs) != 1 or type(defs[0]) is not NodeDef:
         return None
     vp = _var_paths(defs)
     if vp is None:
@@ -180,33 +188,34 @@ def make_merge_fn(defs: tuple) -> tp.Callable[[State], tp.Any] | None:
     counter = [0]
     ok = [True]
 
-    def build(d: tuple) -> str:
-        kind = d[0]
-        if kind == "static":
-            return src.const(_thaw(d[1]))
-        if kind == "ref":
-            return f"o{d[1]}"
-        if kind == "var":
+    def build(d: tp.Any) -> str:
+        t = type(d)
+        if t is Static:
+            return src.const(d.get())
+        if t is NodeRef:
+            return f"o{d.index}"
+        if t is VariableDef:
             i = counter[0]
             counter[0] = i + 1
-            o = f"o{d[2]}"
-            ln.append(f"{o} = _new({src.const(d[1])}); _set_meta({o}, _dict(l{i}._var_metadata)); "
+            o = f"o{d.index}"
+            ln.append(f"{o} = _new({src.const(d.type)}); "
+                      f"_set_meta({o}, _dict(l{i}._var_metadata)); "
                       f"_set_trace({o}, tr); _set_raw({o}, l{i}.value)")
             return o
-        if kind == "node":
-            setter = _dict_setter(d[1])
+        if d.type is not PytreeType:
+            setter = _dict_setter(d.type)
             if setter is None:
                 ok[0] = False
                 return "None"
-            o = f"o{d[2]}"
-            ln.append(f"{o} = _new({src.const(d[1])}); _set_node_trace({o}, tr)")
-            items = [f"{src.const(name)}: {build(sub)}" for name, sub in d[3]]
+            o = f"o{d.index}"
+            ln.append(f"{o} = _new({src.const(d.type)}); _set_node_trace({o}, tr)")
+            items = [f"{src.const(k)}: {build(s)}" for k, s in d.attributes]
             ln.append(f"{src.const(setter)}({o}, {{{', '.join(items)}}})")
             return o
-        subs = [build(s) for s in d[2]]
-        t = src.fresh("t")
-        ln.append(f"{t} = {src.const(d[1])}.unflatten([{', '.join(subs)}])")
-        return t
+        subs = [build(s) for _, s in d.attributes]
+        t_ = src.fresh("t")
+        ln.append(f"{t_} = {src.const(d.metadata)}.unflatten([{', '.join(subs)}])")
+        return t_
 
     root = build(defs[0])
     if not ok[0]:

@@ -1,12 +1,27 @@
-"""Shared plumbing for NNX transforms: graph nodes in, pure arrays through JAX, updates out.
+"""The one lifting primitive every NNX transform is built on.
 
-:func:`prepare` finds the graph nodes among a call's arguments (anywhere inside the pytree
-of ``(args, kwargs)``), walks them (cached) and returns the Variables' values. Inside the
-JAX transform :func:`rebuild` makes fresh copies of the nodes from those values and puts
-them back into the arguments; after the user function ran, :func:`collect` walks the copies
-(plus any graph nodes in the output) recording which original object each copy stands for.
-Outside, :func:`write_back` brings the original objects up to date, in place, and builds
-new objects for nodes created inside.
+A JAX transform only sees pytrees of arrays; NNX transforms accept graph nodes (Modules,
+Rngs, Variables) anywhere in their arguments and write every change the function makes back
+into them. :class:`Lift` does that in four steps, the same for every transform:
+
+1. ``Lift(args, kwargs)`` (outside): finds the graph nodes among the arguments, walks them
+   jointly (cached; shared objects stay shared across arguments) into a static
+   :class:`InStatic` (GraphDef, argument treedef, node positions) and two lists of arrays:
+   ``values`` (every State leaf, in walk order) and ``leaves`` (the other arguments).
+2. :func:`enter` (inside the JAX transform): fresh copies of the nodes from ``values``,
+   placed back into the arguments.
+3. :func:`exit` (inside): walks the copies plus any graph nodes in the output, records which
+   original object each copy stands for, and returns the new ``values``, the output's array
+   leaves and a static :class:`OutStatic`.
+4. ``lift.finish(out_static, values, out_leaves)`` (outside): brings the original objects up
+   to date in place (new values, and new or removed attributes), builds objects created
+   inside, and reassembles the output.
+
+``lift.pure(fun)`` packages 2+3 as a function of ``(values, leaves)`` for transforms that
+call it once (grad, vmap, scan, remat, eval_shape); ``nnx.jit`` calls :func:`enter` and
+:func:`exit` itself so the static halves ride in the pytree structure JAX caches on. A
+transform that needs per-leaf treatment (vmap's ``state_axes``, grad's ``wrt``) reads
+``lift.paths`` / ``lift.leaf_objs``, and ``OutStatic.var_paths`` for leaves created inside.
 """
 
 from __future__ import annotations
@@ -16,7 +31,10 @@ import typing as tp
 import jax
 
 from flaxen.nnx import _graph_engine as eng
-from flaxen.nnx.graph import GraphNode, _intern
+from flaxen.nnx._graph_node import GraphNode
+from flaxen.nnx._graphdef import GraphDef, var_def_paths
+from flaxen.nnx.graph import GraphDef as ApiGraphDef
+from flaxen.nnx.graph import _intern
 from flaxen.nnx.variables import Variable
 
 _flatten = jax.tree_util.tree_flatten
@@ -26,119 +44,186 @@ def is_node(x: tp.Any) -> bool:
     return isinstance(x, (GraphNode, Variable))
 
 
-class Prepared:
-    """A call's arguments split into graph nodes (walked) and everything else."""
+def _split_nodes(tree: tp.Any) -> tuple[list, tp.Any, tuple, tuple]:
+    leaves, treedef = _flatten(tree, is_leaf=is_node)
+    pos = []
+    nodes = []
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, (GraphNode, Variable)):
+            pos.append(i)
+            nodes.append(leaf)
+            leaves[i] = None
+    return leaves, treedef, tuple(pos), tuple(nodes)
 
-    __slots__ = ("treedef", "leaves", "node_pos", "nodes", "flat")
 
-    def __init__(self, args: tuple, kwargs: dict) -> None:
-        leaves, self.treedef = _flatten((args, kwargs))
-        node_pos = []
-        nodes = []
-        for i, leaf in enumerate(leaves):
-            if isinstance(leaf, (GraphNode, Variable)):
-                node_pos.append(i)
-                nodes.append(leaf)
-                leaves[i] = None
+class InStatic:
+    """The static half of the lifted arguments; hashed once, compared cheaply."""
+
+    __slots__ = ("graphdef", "treedef", "node_pos", "extra", "_hash")
+
+    def __init__(self, graphdef: GraphDef | None, treedef: tp.Any, node_pos: tuple,
+                 extra: tp.Any = ()) -> None:
+        self.graphdef = graphdef
+        self.treedef = treedef
+        self.node_pos = node_pos
+        self.extra = extra
+        self._hash = hash((graphdef, treedef, node_pos, extra))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            isinstance(other, InStatic) and self._hash == other._hash
+            and self.graphdef == other.graphdef and self.treedef == other.treedef
+            and self.node_pos == other.node_pos and self.extra == other.extra)
+
+    @property
+    def defs(self) -> tuple:
+        return self.graphdef.defs if self.graphdef is not None else ()
+
+
+class Lift:
+    """Step 1 and 4 of the primitive (see the module docstring)."""
+
+    __slots__ = ("flat", "leaves", "treedef", "node_pos", "static", "out", "built")
+
+    def __init__(self, args: tuple, kwargs: dict, extra: tp.Any = ()) -> None:
+        leaves, self.treedef, self.node_pos, nodes = _split_nodes((args, kwargs))
         self.leaves = leaves
-        self.node_pos = tuple(node_pos)
-        self.nodes = tuple(nodes)
-        self.flat = eng.flatten_cached(self.nodes, _intern) if nodes else None
+        self.flat = eng.flatten_cached(nodes, _intern) if nodes else None
+        gd = self.flat.graphdef if self.flat is not None else None
+        self.static = InStatic(gd, self.treedef, self.node_pos, extra)
+        self.out: OutStatic | None = None
+        self.built: dict[int, tp.Any] = {}  # index -> object, of the last slow write-back
 
+    @property
     def values(self) -> list:
-        if self.flat is None:
-            return []
-        return [v.raw_value for v in self.flat.variables]
+        return self.flat.values() if self.flat is not None else []
+
+    @property
+    def paths(self) -> list:
+        return self.flat.paths if self.flat is not None else []
+
+    @property
+    def leaf_objs(self) -> list:
+        """The Variables (or bare arrays) behind ``values``."""
+        return self.flat.leaves if self.flat is not None else []
+
+    def pure(self, fun: tp.Callable, *, hook: tp.Callable | None = None) -> tp.Callable:
+        """``fun`` as a function of ``(values, leaves) -> (values, out_leaves)``; the static
+        half of the result is left in ``self.out``. ``hook(args, kwargs)`` may rewrite the
+        arguments after the nodes were rebuilt (e.g. scan putting its carry in place) and
+        ``fun``'s output is passed through ``split_out`` before graph nodes are collected."""
+
+        def pure(values: list, leaves: list) -> tuple[list, list]:
+            args, kwargs, inner = enter(self.static, values, leaves)
+            if hook is not None:
+                args, kwargs = hook(args, kwargs)
+            new_values, out_leaves, self.out = exit(inner, fun(*args, **kwargs))
+            return new_values, out_leaves
+
+        return pure
+
+    def finish(self, out: OutStatic, values: tp.Sequence[tp.Any], out_leaves: list, *,
+               update_inputs: bool = True) -> tp.Any:
+        """Step 4: write back into the original objects and rebuild the output."""
+        flat = self.flat
+        if out.fast and flat is not None and update_inputs:
+            setter = object.__setattr__
+            for var, x in zip(flat.leaves, values):
+                setter(var, "raw_value", x)
+            return out.out_treedef.unflatten(out_leaves)
+        if update_inputs:
+            refs = flat.refs if flat is not None else []
+            idxmap = {new: refs[old] for new, old in out.idx_pairs}
+            roots, self.built = eng.unflatten(out.graphdef.defs, values, idxmap)
+        else:  # eval_shape: leave the inputs alone, build only what came out
+            n_in = out.n_input_leaves
+            roots, self.built = eng.unflatten(out.graphdef.defs[out.n_inputs:], values[n_in:])
+            roots = [None] * out.n_inputs + roots
+        leaves = list(out_leaves)
+        for p, n in zip(out.out_node_pos, roots[out.n_inputs:]):
+            leaves[p] = n
+        return out.out_treedef.unflatten(leaves)
 
 
-def rebuild(defs: tuple, values: tp.Sequence[tp.Any], treedef: tp.Any, leaves: list,
-            node_pos: tuple) -> tuple[tuple, dict, list, dict[int, int]]:
-    """Fresh node copies from ``values`` placed into the arguments.
+class Inner:
+    """What :func:`enter` knows inside the transform: the copies and whom they stand for."""
 
-    Returns ``(args, kwargs, copies, outer_map)`` where ``outer_map`` maps each copy's id to
-    the index of the original object in the walk.
-    """
-    refs: list = []
-    copies = eng.unflatten(defs, values, refs) if defs else []
+    __slots__ = ("static", "copies", "outer_of")
+
+    def __init__(self, static: InStatic, copies: list, outer_of: dict[int, int]) -> None:
+        self.static = static
+        self.copies = copies
+        self.outer_of = outer_of
+
+
+def enter(static: InStatic, values: tp.Sequence[tp.Any], leaves: list
+          ) -> tuple[tuple, dict, Inner]:
+    """Step 2: fresh node copies from ``values``, placed into the arguments."""
+    defs = static.defs
+    if defs:
+        copies, built = eng.unflatten(defs, values)
+        outer_of = {id(obj): i for i, obj in built.items()}
+    else:
+        copies, outer_of = [], {}
     leaves = list(leaves)
-    for p, n in zip(node_pos, copies):
+    for p, n in zip(static.node_pos, copies):
         leaves[p] = n
-    args, kwargs = treedef.unflatten(leaves)
-    outer_map = {id(obj): i for i, obj in enumerate(refs)}
-    return args, kwargs, copies, outer_map
+    args, kwargs = static.treedef.unflatten(leaves)
+    return args, kwargs, Inner(static, copies, outer_of)
 
 
-class Collected:
-    """What came out of a traced call: new definitions, Variable values, output leaves."""
+class OutStatic:
+    """The static half of a lifted call's result, fixed per trace."""
 
-    __slots__ = ("defs", "values", "out_treedef", "out_leaves", "out_node_pos", "n_inputs",
-                 "variables")
+    __slots__ = ("graphdef", "idx_pairs", "out_treedef", "out_node_pos", "n_inputs",
+                 "n_input_leaves", "var_paths", "fast")
 
-    def __init__(self, copies: list, out: tp.Any, outer_map: dict[int, int]) -> None:
-        out_leaves, self.out_treedef = _flatten(out)
-        out_nodes = []
-        out_node_pos = []
-        for i, leaf in enumerate(out_leaves):
-            if isinstance(leaf, (GraphNode, Variable)):
-                out_nodes.append(leaf)
-                out_node_pos.append(i)
-                out_leaves[i] = None
-        self.out_leaves = out_leaves
-        self.out_node_pos = tuple(out_node_pos)
-        self.n_inputs = len(copies)
-        roots = list(copies) + out_nodes
-        if roots:
-            fg = eng.flatten(roots, outer_map)
-            self.defs = fg.defs
-            self.variables = fg.variables
-            self.values = [v.raw_value for v in fg.variables]
-        else:
-            self.defs = ()
-            self.variables = []
-            self.values = []
+    def __init__(self, graphdef: GraphDef, idx_pairs: tuple, out_treedef: tp.Any,
+                 out_node_pos: tuple, n_inputs: int, n_input_leaves: int, var_paths: list,
+                 fast: bool) -> None:
+        self.graphdef = graphdef
+        self.idx_pairs = idx_pairs  # (new index, original index) of objects that came back
+        self.out_treedef = out_treedef
+        self.out_node_pos = out_node_pos
+        self.n_inputs = n_inputs
+        self.n_input_leaves = n_input_leaves
+        self.var_paths = var_paths  # (path, VariableDef) of every leaf, in order
+        self.fast = fast
 
+    def is_new(self, leaf_pos: int) -> bool:
+        """True when the leaf at ``leaf_pos`` belongs to a Variable created inside."""
+        d = self.var_paths[leaf_pos][1]
+        return d.index < 0 or d.index not in dict(self.idx_pairs)
 
-def write_back(defs: tuple, values: tp.Sequence[tp.Any], prepared: Prepared) -> list:
-    """Updates the original nodes from ``defs``/``values``; returns all roots (in, then out)."""
-    outer_refs = prepared.flat.refs if prepared.flat is not None else []
-    return eng.apply_update(defs, values, outer_refs)
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
 
 
-def assemble_output(out_treedef: tp.Any, out_leaves: list, out_node_pos: tuple,
-                    out_nodes: tp.Sequence[tp.Any]) -> tp.Any:
-    leaves = list(out_leaves)
-    for p, n in zip(out_node_pos, out_nodes):
-        leaves[p] = n
-    return out_treedef.unflatten(leaves)
-
-
-def unchanged(prepared: Prepared, defs: tuple) -> bool:
-    """True when ``defs`` describe exactly the input graph (same structure, same objects)."""
-    if prepared.flat is None:
-        return not defs
-    gd = prepared.flat.defs
-    if len(defs) != len(gd):
-        return False
-    if eng.strip_outer(defs) != gd:
-        return False
-    in_idx = [d for d in _var_indices(gd)]
-    return eng.var_outer_indices(defs) == in_idx
-
-
-def _var_indices(defs: tuple) -> list[int]:
-    out: list[int] = []
-
-    def walk(d: tuple) -> None:
-        kind = d[0]
-        if kind == "var":
-            out.append(d[2])
-        elif kind == "node":
-            for _, s in d[3]:
-                walk(s)
-        elif kind == "tree":
-            for s in d[2]:
-                walk(s)
-
-    for d in defs:
-        walk(d)
-    return out
+def exit(inner: Inner, out: tp.Any) -> tuple[list, list, OutStatic]:
+    """Step 3: the copies (and graph nodes in ``out``) walked into new values + statics."""
+    out_leaves, out_treedef, out_pos, out_nodes = _split_nodes(out)
+    roots = (*inner.copies, *out_nodes)
+    n_in = len(inner.copies)
+    if roots:
+        fg = eng.flatten(roots)
+        outer_of = inner.outer_of
+        pairs = tuple((i, outer_of[id(obj)]) for i, obj in enumerate(fg.refs)
+                      if id(obj) in outer_of)
+        defs = fg.defs
+        values = fg.values()
+        paths = var_def_paths(defs)
+        n_in_leaves = len(var_def_paths(defs[:n_in]))
+    else:
+        pairs, defs, values, paths, n_in_leaves, fg = (), (), [], [], 0, None
+    in_defs = inner.static.defs
+    fast = (not out_nodes and fg is not None and not fg.has_arrays and defs == in_defs
+            and all(a == b for a, b in pairs) and len(pairs) == len(fg.refs))
+    gd = inner.static.graphdef if fast else ApiGraphDef(defs)
+    return values, out_leaves, OutStatic(gd, pairs, out_treedef, out_pos, n_in, n_in_leaves,
+                                         paths, fast)

@@ -24,8 +24,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from flaxen import traceback_util
-from flaxen.nnx import _graph_engine as eng
+from flaxen.errors import NNXTransformError
 from flaxen.nnx import _lift, filterlib
+from flaxen.nnx._graph_engine import path_str
+from flaxen.nnx._graphdef import var_def_paths
 from flaxen.nnx.module import Module
 from flaxen.nnx.rnglib import RngCount, RngKey, RngState
 from flaxen.nnx.transforms import jit, remat
@@ -39,18 +41,24 @@ def _state_axis(path: tuple, var: tp.Any, axes: tp.Sequence[tuple[tp.Callable, t
     for pred, axis in axes:
         if pred(path, var):
             return axis
-    raise ValueError(
-        f"state_axes: the {type(var).__name__} at {eng._path_str(path)} matches none of the "
-        "state_axes filters. Add a filter for it (e.g. {...: 0} as the last entry)."
-    )
+    raise NNXTransformError(
+        path_str(path), f"state_axes: this {_type_name(var)} matches none of the state_axes "
+        "filters", "Add a filter for it (e.g. {...: 0} as the last entry).")
+
+
+def _type_name(v: tp.Any) -> str:
+    t = getattr(v, "type", None)
+    return t.__name__ if isinstance(t, type) else type(v).__name__
 
 
 def _axes_items(state_axes: tp.Mapping) -> list[tuple[tp.Callable, tp.Any]]:
     return [(filterlib.to_predicate(f), a) for f, a in dict(state_axes).items()]
 
 
-def _plan_vars(flat: tp.Any, state_axes: tp.Mapping, split_rngs: tp.Any) -> list[tuple]:
-    """For each Variable: ('split', None) for split RNG state, ('bcast', None) or ('axis', a)."""
+def _plan_vars(lift: _lift.Lift, state_axes: tp.Mapping, split_rngs: tp.Any) -> list[tuple]:
+    """For each State leaf: ('split', None) for split RNG state, ('bcast', None) or
+    ('axis', a)."""
+    flat = lift.flat
     if flat is None:
         return []
     items = _axes_items(state_axes)
@@ -83,7 +91,7 @@ def _plan_vars(flat: tp.Any, state_axes: tp.Mapping, split_rngs: tp.Any) -> list
 
 
 def _leaf_axes(args: tuple, kwargs: dict, in_axes: tp.Any, in_axes_kwargs: tp.Any,
-               prepared: _lift.Prepared) -> list:
+               lift: _lift.Lift) -> list:
     axes: list = []
     for i, a in enumerate(args):
         ax = in_axes[i] if isinstance(in_axes, (tuple, list)) else in_axes
@@ -92,14 +100,17 @@ def _leaf_axes(args: tuple, kwargs: dict, in_axes: tp.Any, in_axes_kwargs: tp.An
     for k in sorted(kwargs):
         n = len(jax.tree_util.tree_leaves(kwargs[k], is_leaf=_lift.is_node))
         axes.extend([in_axes_kwargs] * n)
-    for p in prepared.node_pos:
+    for p in lift.node_pos:
         axes[p] = None
     return axes
 
 
-def _split_keys(flat: tp.Any, plan: list, n: int) -> dict[int, tp.Any]:
+def _split_keys(lift: _lift.Lift, plan: list, n: int) -> dict[int, tp.Any]:
     """New per-slice values for split RNG state; advances the outer streams by one."""
     out: dict[int, tp.Any] = {}
+    flat = lift.flat
+    if flat is None:
+        return out
     by_stream: dict[tuple, dict[str, int]] = {}
     for i, ((kind, _), p) in enumerate(zip(plan, flat.paths)):
         if kind == "split":
@@ -140,29 +151,12 @@ def vmap(
     @traceback_util.api_boundary
     @functools.wraps(f)
     def wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
-        prepared = _lift.Prepared(args, kwargs)
-        flat = prepared.flat
-        defs = flat.defs if flat is not None else ()
-        plan = _plan_vars(flat, state_axes, split_rngs)
-        leaf_axes = _leaf_axes(args, kwargs, in_axes, in_axes_kwargs, prepared)
-        values = prepared.values()
-        n = axis_size
-        if n is None:
-            for leaf, ax in zip(prepared.leaves, leaf_axes):
-                if ax is not None and leaf is not None:
-                    n = np.shape(leaf)[ax]
-                    break
-        if n is None:
-            for (kind, a), v in zip(plan, values):
-                if kind == "axis":
-                    n = np.shape(v)[a]
-                    break
-        if n is None:
-            raise ValueError(
-                "nnx.vmap cannot tell the mapped axis size: no argument is mapped. Pass "
-                "axis_size=..."
-            )
-        split_vals = _split_keys(flat, plan, n) if flat is not None else {}
+        lift = _lift.Lift(args, kwargs)
+        plan = _plan_vars(lift, state_axes, split_rngs)
+        leaf_axes = _leaf_axes(args, kwargs, in_axes, in_axes_kwargs, lift)
+        values = lift.values
+        n = _axis_size(axis_size, lift, leaf_axes, plan, values, "vmap", "axis_size")
+        split_vals = _split_keys(lift, plan, n)
         var_axes = []
         in_values = []
         for i, ((kind, a), v) in enumerate(zip(plan, values)):
@@ -172,58 +166,86 @@ def vmap(
             else:
                 in_values.append(v)
                 var_axes.append(a if kind == "axis" else None)
-        box: list = []
-
-        def pure(vals: list, leaves: list) -> tuple:
-            a, k, copies, outer_map = _lift.rebuild(defs, vals, prepared.treedef, leaves,
-                                                    prepared.node_pos)
-            out = f(*a, **k)
-            col = _lift.Collected(copies, out, outer_map)
-            box.append(col)
-            return col.values, col.out_leaves
-
-        vm = jax.vmap(pure, in_axes=(var_axes, leaf_axes), out_axes=(0, out_axes),
+        vm = jax.vmap(lift.pure(f), in_axes=(var_axes, leaf_axes), out_axes=(0, out_axes),
                       axis_name=axis_name, axis_size=n, spmd_axis_name=spmd_axis_name)
-        new_values, out_leaves = vm(in_values, prepared.leaves)
-        col = box[-1]
-        outer_idx = eng.var_outer_indices(col.defs)
-        var_pos = {ref_i: pos for pos, ref_i in enumerate(_lift._var_indices(defs))}
-        items = _axes_items(state_axes)
-        fixed = []
-        new_axes = []
-        for x, outer, inner_var, path in zip(new_values, outer_idx, col.variables,
-                                             _col_paths(col)):
-            if outer >= 0 and outer in var_pos:
-                pos = var_pos[outer]
-                kind, a = plan[pos]
-                if kind == "split":
-                    # the outer stream keeps its key and advances by the one fork
-                    fixed.append(values[pos] + 1 if isinstance(flat.variables[pos], RngCount)
-                                 else values[pos])
-                    new_axes.append(None)
-                    continue
-                ax = a if kind == "axis" else None
-            else:
-                if isinstance(inner_var, RngState):
-                    ax = 0
-                else:
-                    ax = _state_axis(path, inner_var, items)
-            fixed.append(_from_axis0(x, ax))
-            new_axes.append(ax if outer < 0 else None)
-        out_vars: list = []
-        roots = eng.apply_update(col.defs, fixed, flat.refs if flat is not None else [],
-                                 out_vars)
-        for (var, outer), ax in zip(out_vars, new_axes):
-            if outer < 0 and ax is not None:
-                _insert_partition(var, ax, transform_metadata)
-        return _lift.assemble_output(col.out_treedef, out_leaves, col.out_node_pos,
-                                     roots[col.n_inputs:])
+        new_values, out_leaves = vm(in_values, lift.leaves)
+        fixed, new_axes = _settle_outputs(lift, plan, values, new_values, state_axes)
+        result = lift.finish(lift.out, fixed, out_leaves)
+        _mark_new(lift, new_axes, transform_metadata)
+        return result
 
     return wrapper
 
 
-def _col_paths(col: _lift.Collected) -> list[tuple]:
-    return [path for path, _ in eng.var_def_paths(col.defs)[0]]
+def _axis_size(given: int | None, lift: _lift.Lift, leaf_axes: list, plan: list,
+               values: list, what: str, arg: str) -> int:
+    if given is not None:
+        return given
+    for leaf, ax in zip(lift.leaves, leaf_axes):
+        if ax is not None and leaf is not None:
+            return np.shape(leaf)[ax]
+    for (kind, a), v in zip(plan, values):
+        if kind == "axis":
+            return np.shape(v)[a]
+    raise NNXTransformError(
+        "", f"nnx.{what} cannot tell the mapped axis size: no argument is mapped",
+        f"Pass {arg}=... .")
+
+
+def _settle_outputs(lift: _lift.Lift, plan: list, values: list, new_values: list,
+                    state_axes: tp.Mapping) -> tuple[list, list]:
+    """Outer values of the leaves after a mapped call (axis 0 moved back to each leaf's
+    axis; split RNG streams keep their key and advance by one) and, per leaf, the axis of
+    a Variable created inside (None for the others)."""
+    out = lift.out
+    pairs = dict(out.idx_pairs)
+    var_pos = {d.index: pos for pos, (_, d) in enumerate(var_def_paths(lift.static.defs))}
+    items = _axes_items(state_axes)
+    flat = lift.flat
+    fixed = []
+    new_axes = []
+    for x, (path, d) in zip(new_values, out.var_paths):
+        outer = pairs.get(d.index) if d.index >= 0 else None
+        if outer is not None and outer in var_pos:
+            pos = var_pos[outer]
+            kind, a = plan[pos]
+            if kind == "split":
+                fixed.append(values[pos] + 1 if isinstance(flat.leaves[pos], RngCount)
+                             else values[pos])
+                new_axes.append(None)
+                continue
+            fixed.append(_from_axis0(x, a if kind == "axis" else None))
+            new_axes.append(None)
+            continue
+        ax = 0 if issubclass(d.type, RngState) else _state_axis(path, _DefView(d), items)
+        fixed.append(_from_axis0(x, ax))
+        new_axes.append(ax)
+    return fixed, new_axes
+
+
+class _DefView:
+    """Lets filters match a VariableDef like the Variable it stands for."""
+
+    __slots__ = ("type", "_d")
+    _stands_for_type = True
+
+    def __init__(self, d: tp.Any) -> None:
+        self.type = d.type
+        self._d = d
+
+    def __getattr__(self, name: str) -> tp.Any:
+        meta = dict(self._d.metadata)
+        if name in meta:
+            return meta[name]
+        raise AttributeError(name)
+
+
+def _mark_new(lift: _lift.Lift, new_axes: list, transform_metadata: tp.Mapping) -> None:
+    for (_, d), ax in zip(lift.out.var_paths, new_axes):
+        if ax is not None and d.index >= 0:
+            var = lift.built.get(d.index)
+            if var is not None:
+                _insert_partition(var, ax, transform_metadata)
 
 
 def _from_axis0(x: tp.Any, axis: tp.Any) -> tp.Any:
@@ -265,49 +287,51 @@ def scan(
     @functools.wraps(f)
     def wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         args = list(args)
+        if not args or carry_argnum >= len(args):
+            raise NNXTransformError(
+                "", f"nnx.scan: the carry is argument {carry_argnum} but {len(args)} "
+                "positional argument(s) were given", "Pass the carry positionally.")
         carry = args[carry_argnum]
         if any(_lift.is_node(leaf) for leaf in
                jax.tree_util.tree_leaves(carry, is_leaf=_lift.is_node)):
-            raise ValueError(
-                "nnx.scan: the carry (argument {carry_argnum}) holds a graph node; pass modules "
-                "as other arguments, their state is scanned or carried per state_axes."
-            )
+            raise NNXTransformError(
+                f"argument {carry_argnum}", "nnx.scan: the carry holds a graph node",
+                "Pass modules as other arguments; their state is scanned or carried per "
+                "state_axes.")
         args[carry_argnum] = None
-        prepared = _lift.Prepared(tuple(args), kwargs)
-        flat = prepared.flat
-        defs = flat.defs if flat is not None else ()
-        plan = _plan_vars(flat, state_axes, split_rngs)
+        lift = _lift.Lift(tuple(args), kwargs)
+        plan = _plan_vars(lift, state_axes, split_rngs)
         axes_list = list(in_axes) if isinstance(in_axes, (tuple, list)) else in_axes
         if isinstance(axes_list, list) and len(axes_list) < len(args):
             axes_list = axes_list + [0] * (len(args) - len(axes_list))
-        leaf_axes = _leaf_axes(tuple(args), kwargs, axes_list, in_axes_kwargs, prepared)
-        values = prepared.values()
-        n = length
-        if n is None:
-            for leaf, ax in zip(prepared.leaves, leaf_axes):
-                if ax is not None and leaf is not None:
-                    n = np.shape(leaf)[ax]
-                    break
-        if n is None:
-            for (kind, a), v in zip(plan, values):
-                if kind == "axis":
-                    n = np.shape(v)[a]
-                    break
-        if n is None:
-            raise ValueError("nnx.scan cannot tell the number of steps; pass length=...")
-        split_vals = _split_keys(flat, plan, n) if flat is not None else {}
-        scanned_idx = [i for i, (k, _) in enumerate(plan)
-                       if k == "axis" or (k == "split" and i in split_vals)]
-        carried_idx = [i for i, (k, _) in enumerate(plan)
-                       if not (k == "axis" or (k == "split" and i in split_vals))]
-        xs_vars = [
-            split_vals[i] if i in split_vals else _to_axis0(values[i], plan[i][1])
-            for i in scanned_idx
-        ]
+        leaf_axes = _leaf_axes(tuple(args), kwargs, axes_list, in_axes_kwargs, lift)
+        values = lift.values
+        n = _axis_size(length, lift, leaf_axes, plan, values, "scan", "length")
+        split_vals = _split_keys(lift, plan, n)
+        scanned = [k == "axis" or (k == "split" and i in split_vals)
+                   for i, (k, _) in enumerate(plan)]
+        scanned_idx = [i for i, sc in enumerate(scanned) if sc]
+        carried_idx = [i for i, sc in enumerate(scanned) if not sc]
+        xs_vars = [split_vals[i] if i in split_vals else _to_axis0(values[i], plan[i][1])
+                   for i in scanned_idx]
         xs_leaf_idx = [i for i, ax in enumerate(leaf_axes)
-                       if ax is not None and prepared.leaves[i] is not None]
-        xs_leaves = [_to_axis0(prepared.leaves[i], leaf_axes[i]) for i in xs_leaf_idx]
-        box: list = []
+                       if ax is not None and lift.leaves[i] is not None]
+        xs_leaves = [_to_axis0(lift.leaves[i], leaf_axes[i]) for i in xs_leaf_idx]
+        n_in = len(values)
+        step_carry: list = [None]
+
+        def put_carry(a: tuple, k: dict) -> tuple[tuple, dict]:
+            a = list(a)
+            a[carry_argnum] = step_carry[0]
+            return tuple(a), k
+
+        def split_out(*a: tp.Any, **k: tp.Any) -> tp.Any:
+            out = f(*a, **k)
+            new_carry, y = out if scan_output else (out, None)
+            step_carry[0] = new_carry
+            return y
+
+        pure = lift.pure(split_out, hook=put_carry)
 
         def body(c: tuple, x: tuple) -> tuple:
             user_carry, carried = c
@@ -317,65 +341,44 @@ def scan(
                 vals[i] = v
             for i, v in zip(scanned_idx, svals):
                 vals[i] = v
-            leaves = list(prepared.leaves)
+            leaves = list(lift.leaves)
             for i, v in zip(xs_leaf_idx, sleaves):
                 leaves[i] = v
-            a, k, copies, outer_map = _lift.rebuild(defs, vals, prepared.treedef, leaves,
-                                                    prepared.node_pos)
-            a = list(a)
-            a[carry_argnum] = user_carry
-            out = f(*a, **k)
-            if scan_output:
-                new_carry, y = out
-            else:
-                new_carry, y = out, None
-            col = _lift.Collected(copies, y, outer_map)
-            n_in = len(_lift._var_indices(defs))
-            if eng.strip_outer(col.defs[: col.n_inputs]) != defs:
-                raise ValueError(
-                    "nnx.scan: the scanned function changed the structure of its module "
-                    "arguments (added or removed attributes). Create all state before the "
-                    "scan, or build stacked modules with nnx.Scan / nnx.vmap."
-                )
-            box.append(col)
-            new_vals = col.values
-            new_carried = [new_vals[i] for i in carried_idx]
-            new_scanned = [new_vals[i] for i in scanned_idx]
-            return (new_carry, new_carried), (new_scanned, new_vals[n_in:], col.out_leaves)
+            step_carry[0] = user_carry
+            new_vals, out_leaves = pure(vals, leaves)
+            if lift.out.graphdef.defs[: lift.out.n_inputs] != lift.static.defs:
+                raise NNXTransformError(
+                    "", "nnx.scan: the scanned function changed the structure of its module "
+                    "arguments (added or removed attributes)",
+                    "Create all state before the scan, or build stacked modules with "
+                    "nnx.Scan / nnx.vmap.")
+            return ((step_carry[0], [new_vals[i] for i in carried_idx]),
+                    ([new_vals[i] for i in scanned_idx], new_vals[n_in:], out_leaves))
 
         init = (carry, [values[i] for i in carried_idx])
         (carry_out, carried_out), (scanned_out, extra_out, out_leaves) = jax.lax.scan(
             body, init, (xs_vars, xs_leaves), length=n, reverse=reverse, unroll=unroll,
             _split_transpose=_split_transpose,
         )
-        col = box[-1]
+        flat = lift.flat
         final = list(values)
         for i, v in zip(carried_idx, carried_out):
             final[i] = v
         for i, v in zip(scanned_idx, scanned_out):
             if plan[i][0] == "split":
                 # the outer stream keeps its key and advances by the one fork
-                if isinstance(flat.variables[i], RngCount):
+                if isinstance(flat.leaves[i], RngCount):
                     final[i] = values[i] + 1
                 continue
             final[i] = _from_axis0(v, plan[i][1])
         items = _axes_items(state_axes)
-        paths = _col_paths(col)
-        n_in = len(values)
-        extra = []
-        extra_axes = []
-        for v, var, path in zip(extra_out, col.variables[n_in:], paths[n_in:]):
-            ax = 0 if isinstance(var, RngState) else _state_axis(path, var, items)
-            extra.append(_from_axis0(v, ax))
-            extra_axes.append(ax)
-        out_vars: list = []
-        roots = eng.apply_update(col.defs, final + extra,
-                                 flat.refs if flat is not None else [], out_vars)
-        for (var, outer), ax in zip(out_vars[n_in:], extra_axes):
-            if outer < 0 and ax is not None:
-                _insert_partition(var, ax, transform_metadata)
-        ys = _lift.assemble_output(col.out_treedef, out_leaves, col.out_node_pos,
-                                   roots[col.n_inputs:])
+        new_axes: list = [None] * n_in
+        for v, (path, d) in zip(extra_out, lift.out.var_paths[n_in:]):
+            ax = 0 if issubclass(d.type, RngState) else _state_axis(path, _DefView(d), items)
+            final.append(_from_axis0(v, ax))
+            new_axes.append(ax)
+        ys = lift.finish(lift.out, final, out_leaves)
+        _mark_new(lift, new_axes, transform_metadata)
         if out_axes not in (0, None) and isinstance(out_axes, int):
             ys = jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, out_axes), ys)
         return (carry_out, ys) if scan_output else carry_out

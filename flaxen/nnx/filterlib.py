@@ -25,10 +25,8 @@ Filter = tp.Union[type, str, Predicate, "type(Ellipsis)", bool, None, tp.Sequenc
 
 
 def _value_type(value: tp.Any) -> type:
-    # a VariableState stands for a Variable of its .type
-    from flaxen.nnx.variables import VariableState
-
-    if isinstance(value, VariableState):
+    # a VariableState (or any class marked `_stands_for_type`) stands for its `.type`
+    if getattr(type(value), "_stands_for_type", False):
         return value.type
     return type(value)
 

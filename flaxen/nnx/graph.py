@@ -25,6 +25,7 @@ from collections.abc import MutableMapping
 
 import jax
 
+from flaxen import traceback_util
 from flaxen.errors import GraphStateMismatchError, NNXFilterError, NotAGraphNodeError
 from flaxen.nnx import _codegen, _graphdef, filterlib
 from flaxen.nnx import _graph_engine as eng
@@ -222,6 +223,7 @@ def _to_state(d: dict) -> State:
     return State._from_raw({k: _to_state(v) if type(v) is dict else v for k, v in d.items()})
 
 
+@traceback_util.api_boundary
 def split(node: Node, *filters: filterlib.Filter) -> tuple:
     """``(graphdef, state)`` or, with filters, ``(graphdef, state_1, ..., state_n)``."""
     _check_node(node, "split")
@@ -229,11 +231,13 @@ def split(node: Node, *filters: filterlib.Filter) -> tuple:
     return (fg.graphdef, *_states_from_flat(fg, filters))
 
 
+@traceback_util.api_boundary
 def graphdef(node: Node) -> GraphDef[Node]:
     _check_node(node, "graphdef")
     return flatten_node(node).graphdef
 
 
+@traceback_util.api_boundary
 def state(node: Node, *filters: filterlib.Filter) -> State | tuple[State, ...]:
     """The node's State, or one State per filter (variables matching none are left out)."""
     _check_node(node, "state")
@@ -242,6 +246,7 @@ def state(node: Node, *filters: filterlib.Filter) -> State | tuple[State, ...]:
     return states[0] if len(states) == 1 else states
 
 
+@traceback_util.api_boundary
 def flatten(node: Node) -> tuple[GraphDef[Node], State, RefMap]:
     """``(graphdef, state, refmap)``: :func:`split` plus the map from each shared object
     (graph node or Variable) to its index in the definition."""
@@ -251,6 +256,7 @@ def flatten(node: Node) -> tuple[GraphDef[Node], State, RefMap]:
         (obj, i) for i, obj in enumerate(fg.refs))
 
 
+@traceback_util.api_boundary
 def unflatten(graphdef: GraphDef[Node], state: tp.Mapping, /, *,
               idxmap: tp.Mapping[int, tp.Any] | None = None) -> tuple[Node, dict[int, tp.Any]]:
     """``(node, {index: object})``: :func:`merge`, reusing (and updating in place) the
@@ -329,6 +335,7 @@ def _check_extra(ms: list, names: set, path: tuple, what: str) -> None:
 _NONE = object()
 
 
+@traceback_util.api_boundary
 def merge(graphdef: GraphDef[Node], state: tp.Mapping, /, *states: tp.Mapping) -> Node:
     """A fresh object graph from ``graphdef`` and the union of the states."""
     if not isinstance(graphdef, _graphdef.GraphDef):
@@ -346,6 +353,7 @@ def merge(graphdef: GraphDef[Node], state: tp.Mapping, /, *states: tp.Mapping) -
     return eng.unflatten(graphdef.defs, leaves)[0][0]
 
 
+@traceback_util.api_boundary
 def update(node: Node, state: tp.Mapping, /, *states: tp.Mapping) -> None:
     """Writes the states' values (and metadata) into ``node``'s Variables, in place."""
     _check_node(node, "update")
@@ -372,6 +380,7 @@ def update(node: Node, state: tp.Mapping, /, *states: tp.Mapping) -> None:
         eng.unflatten(fg.defs, leaves, dict(enumerate(fg.refs)))
 
 
+@traceback_util.api_boundary
 def pop(node: Node, *filters: filterlib.Filter) -> State | tuple[State, ...]:
     """Removes the Variables matching ``filters`` from ``node`` and returns them as States."""
     _check_node(node, "pop")
@@ -401,6 +410,7 @@ def pop(node: Node, *filters: filterlib.Filter) -> State | tuple[State, ...]:
     return states[0] if len(states) == 1 else states
 
 
+@traceback_util.api_boundary
 def clone(node: Node) -> Node:
     """A deep, independent copy (shared references inside stay shared)."""
     graphdef_, state_ = split(node)
@@ -437,7 +447,7 @@ class UpdateContext:
     >>> with nnx.UpdateContext() as ctx:
     ...     inner = ctx.merge(*ctx.split(m))
     ...     inner.b = nnx.Param(2)
-    ...     ctx.update(*ctx.split(inner))
+    ...     _ = ctx.update(*ctx.split(inner))
     >>> m.b.value
     2
     """

@@ -16,7 +16,7 @@ and dicts of them, or static values. Transforms and ``nnx.split`` walk them.
 >>> block.dropout.deterministic
 True
 >>> [p for p, _ in block.iter_modules()]
-[('dropout',), ('linear',), ()]
+[(), ('dropout',), ('linear',)]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import typing as tp
 from collections.abc import MutableMapping
 
 from flaxen.nnx import _trace, filterlib
-from flaxen.nnx._graph_engine import GraphNode
+from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx.graph import iter_graph
 from flaxen.nnx.variables import Intermediate, Variable
 
@@ -67,7 +67,7 @@ class Module(GraphNode):
             setattr(self, name, variable_type(reduce_fn(init_fn(), value)))
 
     def iter_modules(self) -> tp.Iterator[tuple[tuple, Module]]:
-        """``(path, module)`` for every Module reachable from this one (itself last)."""
+        """``(path, module)`` for every Module reachable from this one (itself first)."""
         for path, obj in iter_graph(self):
             if isinstance(obj, Module):
                 yield path, obj

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from flaxen.nnx import filterlib
-from flaxen.nnx._graph_engine import GraphNode
+from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx.state import State
 from flaxen.nnx.variables import Variable
 

@@ -34,6 +34,7 @@ import typing as tp
 
 import jax
 
+from flaxen import traceback_util
 from flaxen.errors import NNXTransformError
 from flaxen.nnx import _lift, filterlib
 from flaxen.nnx.graph import _nest
@@ -157,6 +158,7 @@ class JitWrapped:
             leaves = _place_inputs(self.in_shardings, args, kwargs, leaves, lift)
         return lift, leaves, donate_idx
 
+    @traceback_util.api_boundary
     def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         lift, leaves, donate_idx = self._lift_args(args, kwargs)
         if donate_idx:
@@ -314,6 +316,7 @@ def jit(
 
 # -- one-shot transforms ----------------------------------------------------------------------
 
+@traceback_util.api_boundary
 def eval_shape(f: tp.Callable[..., tp.Any], *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
     """Like ``jax.eval_shape``; graph nodes in the output hold ``ShapeDtypeStruct`` values.
 
@@ -335,6 +338,7 @@ def remat(f: F | None = None, *, prevent_cse: bool = True, static_argnums: tp.An
                                  policy=policy)  # type: ignore[return-value]
     nums = frozenset((static_argnums,) if isinstance(static_argnums, int) else static_argnums)
 
+    @traceback_util.api_boundary
     @functools.wraps(f)
     def wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         static = {i: a for i, a in enumerate(args) if i in nums}
@@ -361,6 +365,7 @@ def _grad_impl(f: tp.Callable, argnums: int | tp.Sequence[int], has_aux: bool,
     nums = (argnums,) if single else tuple(argnums)
     pred = filterlib.to_predicate(wrt)
 
+    @traceback_util.api_boundary
     @functools.wraps(f)
     def wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         if any(n >= len(args) for n in nums):

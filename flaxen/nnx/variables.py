@@ -340,6 +340,7 @@ class VariableState(tp.Generic[A]):
     """
 
     __slots__ = ("type", "value", "_var_metadata")
+    _stands_for_type = True  # filters match it by `.type` (see filterlib)
 
     def __init__(self, type: type[Variable], value: A, **metadata: tp.Any) -> None:  # noqa: A002
         object.__setattr__(self, "type", type)

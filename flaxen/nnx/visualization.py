@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import typing as tp
 
+from flaxen.nnx._graph_node import GraphNode
+
 
 def _indent(text: str, n: int = 2) -> str:
     pad = " " * n
@@ -38,38 +40,17 @@ def state_repr(state: tp.Any) -> str:
 
 
 def _mapping_repr(m: dict) -> str:
-    from flaxen.nnx.state import State
-
     if not m:
         return "{}"
     lines = []
     for k, v in m.items():
-        body = _mapping_repr(v._mapping) if isinstance(v, State) else repr(v)
+        sub = getattr(v, "_mapping", None)  # a nested State (duck-typed: no import of state)
+        body = _mapping_repr(sub) if isinstance(sub, dict) else repr(v)
         lines.append(f"  {k!r}: {_indent(body)}")
     return "{\n" + ",\n".join(lines) + "\n}"
 
 
-def graphdef_repr(gd: tp.Any) -> str:
-    def one(d: tuple, depth: int) -> str:
-        pad = "  " * depth
-        kind = d[0]
-        if kind == "node":
-            inner = ",\n".join(f"{pad}  {n}={one(s, depth + 1)}" for n, s in d[3])
-            return f"{d[1].__name__}(\n{inner}\n{pad})" if inner else f"{d[1].__name__}()"
-        if kind == "var":
-            return f"VariableDef({d[1].__name__})"
-        if kind == "ref":
-            return f"NodeRef(index={d[1]})"
-        if kind == "tree":
-            return f"{type(d[1].unflatten([None] * d[1].num_leaves)).__name__}(...)"
-        return repr(d[1])
-
-    return "GraphDef(" + ", ".join(one(d, 0) for d in gd.defs) + ")"
-
-
 def module_repr(module: tp.Any, _seen: set | None = None) -> str:
-    from flaxen.nnx._graph_engine import GraphNode
-
     seen = _seen if _seen is not None else set()
     if id(module) in seen:
         return f"{type(module).__name__}(...)"

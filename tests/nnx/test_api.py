@@ -81,7 +81,7 @@ def test_iter_modules_paths_and_shared_module_once():
     shared = nnx.Linear(1, 1, rngs=nnx.Rngs(0))
     root = nnx.Dict(a=shared, b=shared, seq=nnx.Sequential(nnx.Linear(1, 1, rngs=nnx.Rngs(1))))
     paths = [p for p, _ in root.iter_modules()]
-    assert paths[-1] == ()
+    assert paths[0] == ()  # parents before children (root first)
     assert ("a",) in paths and ("b",) not in paths  # a shared module is listed once
     assert ("seq", "layers", 0) in paths and ("seq", "layers") in paths
     mods = dict(root.iter_modules())

@@ -88,11 +88,15 @@ def jax_tree_add(tree, x):
     return jax.tree_util.tree_map(lambda a: a + x, tree)
 
 
-def test_bare_array_attribute_is_a_clear_error():
+def test_bare_array_attribute_is_state():
     m = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
     m.extra = jnp.ones(2)
-    with pytest.raises(TypeError, match="/extra.*nnx.Param"):
-        nnx.split(m)
+    gd, st = nnx.split(m)
+    assert isinstance(st["extra"], jnp.ndarray)  # a plain array leaf, not a VariableState
+    m2 = nnx.merge(gd, jax_tree_add(st, 1.0))
+    assert float(m2.extra[0]) == 2.0
+    nnx.update(m, jax_tree_add(st, 2.0))
+    assert float(m.extra[0]) == 3.0
 
 
 def test_graphdef_apply_and_make_empty():

@@ -153,7 +153,7 @@ def test_fast_merge_falls_back_for_errors_and_other_inputs():
     model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
     gd, st, _ = _fast(model)
     missing = nnx.State({"kernel": st["kernel"]})
-    with pytest.raises(ValueError, match="no value for the Param at path /bias"):
+    with pytest.raises(ValueError, match="at /bias: .*Expected key for Variable"):
         nnx.merge(gd, missing)
     extra = nnx.State({**st.raw_mapping, "extra": nnx.Param.state(jnp.ones(1))})
     with pytest.raises(ValueError, match="/extra"):

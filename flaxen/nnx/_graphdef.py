@@ -1,0 +1,229 @@
+"""Typed graph definitions: the static, hashable half of a split object graph.
+
+A definition describes one walk of an object graph (see :mod:`flaxen.nnx._graph_engine`):
+
+- :class:`NodeDef`: a graph node (``Module``, ``Rngs``, ...) or a pytree container (list,
+  dict, tuple, ``struct.dataclass``, ``State``...; ``type`` is :class:`PytreeType` and
+  ``metadata`` the container's one-level treedef). ``attributes`` pairs each attribute name
+  (or container key) with the definition of its value, in walk order.
+- :class:`VariableDef`: a Variable (``type`` its class, ``metadata`` frozen) or a bare array
+  (``type`` is :class:`ArrayLeaf`); its value is one leaf of the State.
+- :class:`NodeRef`: an object already seen earlier in the same walk (shared reference).
+- :class:`Static`: any other value, kept as is (unhashable ones are held by identity).
+
+``index`` numbers the shared objects (graph nodes and Variables) of a walk in order; pytree
+containers and bare arrays are values, not shared, and have index -1. The classes are frozen
+and slotted; :class:`GraphDef` wraps the root definitions, caches their hash and is a pytree
+with no leaves, so it passes through ``jax.jit`` as static metadata.
+
+>>> from flaxen import nnx
+>>> gd, _ = nnx.split(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+>>> gd.nodedef.type.__name__, [k for k, _ in gd.nodedef.attributes][:2]
+('Linear', ['bias', 'bias_init'])
+>>> [type(d).__name__ for d in var_defs(gd.defs)]
+['VariableDef', 'VariableDef']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing as tp
+
+import jax
+
+Key = tp.Hashable
+
+
+class PytreeType:
+    """The ``type`` of a :class:`NodeDef` that stands for a pytree container."""
+
+
+class ArrayLeaf:
+    """The ``type`` of a :class:`VariableDef` that stands for an array held directly."""
+
+
+class Identity:
+    """Holds an unhashable static value; equal only to a holder of the same object."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: tp.Any) -> None:
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Identity) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __repr__(self) -> str:
+        return f"<unhashable {type(self.obj).__name__}>"
+
+
+def freeze(value: tp.Any) -> tp.Any:
+    """``value`` itself when hashable, else an :class:`Identity` holder."""
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return Identity(value)
+
+
+def thaw(value: tp.Any) -> tp.Any:
+    return value.obj if type(value) is Identity else value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Static:
+    """A static attribute value."""
+
+    value: tp.Any
+
+    def get(self) -> tp.Any:
+        return thaw(self.value)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeRef:
+    """A second (or later) occurrence of the shared object numbered ``index``."""
+
+    type: type
+    index: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VariableDef:
+    """A Variable of class ``type`` (or a bare array: ``type is ArrayLeaf``)."""
+
+    type: type
+    index: int
+    metadata: tuple  # ((name, frozen value), ...) sorted by name
+
+    def thawed_metadata(self) -> dict:
+        return {k: thaw(v) for k, v in self.metadata} if self.metadata else {}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeDef:
+    """A graph node or pytree container and the definitions of its attributes."""
+
+    type: type
+    index: int
+    attributes: tuple  # ((key, Def), ...)
+    metadata: tp.Any = None  # the one-level treedef of a pytree container
+
+    @property
+    def subgraphs(self) -> dict[Key, NodeDef | NodeRef]:
+        return {k: d for k, d in self.attributes if isinstance(d, (NodeDef, NodeRef))}
+
+    @property
+    def static_fields(self) -> dict[Key, tp.Any]:
+        return {k: d.get() for k, d in self.attributes if type(d) is Static}
+
+    @property
+    def variables(self) -> dict[Key, VariableDef | NodeRef]:
+        return {k: d for k, d in self.attributes if type(d) is VariableDef}
+
+
+Def = NodeDef | VariableDef | NodeRef | Static
+
+
+def var_defs(defs: tp.Iterable[Def]) -> list[VariableDef]:
+    """Every :class:`VariableDef` under ``defs``, in walk (State leaf) order."""
+    return [d for _, d in var_def_paths(defs)]
+
+
+def var_def_paths(defs: tp.Iterable[Def], root_paths: tp.Sequence[tuple] | None = None
+                  ) -> list[tuple[tuple, VariableDef]]:
+    """``(path, VariableDef)`` for every Variable under ``defs``, in walk order: the one
+    walker every consumer of definitions (split, merge, codegen, transforms) shares."""
+    out: list = []
+
+    def walk(d: Def, path: tuple) -> None:
+        t = type(d)
+        if t is VariableDef:
+            out.append((path, d))
+        elif t is NodeDef:
+            for k, s in d.attributes:
+                walk(s, (*path, k))
+
+    for i, d in enumerate(defs):
+        walk(d, () if root_paths is None else root_paths[i])
+    return out
+
+
+def count_defs(defs: tp.Iterable[Def]) -> int:
+    """How many definitions (of any kind) the tree under ``defs`` holds."""
+    n = 0
+    stack = list(defs)
+    while stack:
+        d = stack.pop()
+        n += 1
+        if type(d) is NodeDef:
+            stack.extend(s for _, s in d.attributes)
+    return n
+
+
+Node = tp.TypeVar("Node")
+
+
+class GraphDef(tp.Generic[Node]):
+    """The static part of a split graph: hashable, equal for graphs of equal structure.
+
+    Holds the root definitions (one per split root) plus per-process caches (the hash and
+    the generated split/merge functions, see :mod:`flaxen.nnx._codegen`).
+    """
+
+    __slots__ = ("defs", "_hash", "_uses", "_states_fn", "_merge_fn", "__weakref__")
+
+    def __init__(self, defs: tuple) -> None:
+        self.defs = defs
+        self._hash = hash(defs)
+        self._uses = 0
+        self._states_fn: tp.Any = None
+        self._merge_fn: tp.Any = None
+
+    def __getstate__(self) -> tuple:
+        return (self.defs,)  # generated code is per process and cannot be pickled
+
+    def __setstate__(self, state: tuple) -> None:
+        self.__init__(state[0])
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            isinstance(other, GraphDef) and self._hash == other._hash and self.defs == other.defs
+        )
+
+    @property
+    def nodedef(self) -> Def:
+        """The definition of the (first) root."""
+        return self.defs[0]
+
+    @property
+    def type(self) -> type:
+        d = self.defs[0]
+        return d.type if isinstance(d, (NodeDef, VariableDef, NodeRef)) else type(d.get())
+
+    def __repr__(self) -> str:
+        return "GraphDef(" + ", ".join(_def_repr(d, 0) for d in self.defs) + ")"
+
+
+def _def_repr(d: Def, depth: int) -> str:
+    pad = "  " * depth
+    t = type(d)
+    if t is NodeDef:
+        name = "Pytree" if d.type is PytreeType else d.type.__name__
+        inner = ",\n".join(f"{pad}  {k}={_def_repr(s, depth + 1)}" for k, s in d.attributes)
+        return f"{name}(\n{inner}\n{pad})" if inner else f"{name}()"
+    if t is VariableDef:
+        return f"VariableDef({d.type.__name__})"
+    if t is NodeRef:
+        return f"NodeRef({d.type.__name__}, index={d.index})"
+    return repr(d.get())
+
+
+# A GraphDef is static pytree metadata: no children, itself as the aux data.
+jax.tree_util.register_pytree_node(GraphDef, lambda g: ((), g), lambda g, _: g)
