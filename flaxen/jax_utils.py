@@ -5,6 +5,7 @@
 - :func:`pad_shard_unpad`: call a ``pmap``-ed function on a batch of any size.
 - :func:`pmean`: mean over a named mapped axis.
 - :func:`partial_eval_by_shape`: evaluate a function from input shapes only.
+- :func:`scan_in_dim`: ``lax.scan`` over any axis (or several) of the inputs.
 
 >>> import jax, numpy as np
 >>> from flaxen import jax_utils
@@ -39,6 +40,7 @@ __all__ = [
     "pmean",
     "prefetch_to_device",
     "replicate",
+    "scan_in_dim",
     "unreplicate",
 ]
 
@@ -316,3 +318,77 @@ def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
     padded = np.zeros((rows, *x.shape[1:]), dtype=x.dtype)
     padded[: x.shape[0]] = x
     return padded
+
+
+def _scan_nested(fn: Callable[[Any, Any], Any], init: Any, xs: Any,
+                 unrolls: tuple[int, ...]) -> tuple[Any, Any]:
+    if not unrolls:
+        return fn(init, xs)
+
+    def body(carry, x):
+        return _scan_nested(fn, carry, x, unrolls[1:])
+
+    return jax.lax.scan(body, init, xs, unroll=unrolls[0])
+
+
+def scan_in_dim(body_fn: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any,
+                axis: int | Sequence[int] = (0,), unroll: int | Sequence[int] = 1,
+                keepdims: bool = False) -> tuple[Any, Any]:
+    """``lax.scan`` over ``axis`` of every leaf of ``xs`` (several axes: nested scans).
+
+    ``body_fn(carry, x) -> (carry, y)`` sees one slice at a time: with several axes, the first
+    listed axis is the outermost loop. The outputs ``y`` are stacked back at the same axes.
+    With ``keepdims=True`` the scanned axes stay in ``x`` (and must stay in ``y``) with size 1,
+    which suits code written for whole arrays (e.g. attention decoding one position at a
+    time). ``unroll`` is one value, or one per axis.
+
+    >>> import jax.numpy as jnp
+    >>> xs = jnp.arange(6.0).reshape(2, 3)
+    >>> total, running = scan_in_dim(lambda c, x: (c + x, c + x), jnp.zeros(2), xs, axis=1)
+    >>> total.tolist(), running.tolist()
+    ([3.0, 12.0], [[0.0, 1.0, 3.0], [3.0, 7.0, 12.0]])
+    """
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    if not axes:
+        raise ValueError("scan_in_dim needs at least one axis to scan over; got axis=().")
+    n = len(axes)
+    unrolls = (unroll,) * n if isinstance(unroll, int) else tuple(unroll)
+    if len(unrolls) != n:
+        raise ValueError(
+            f"scan_in_dim got {len(unrolls)} unroll values for {n} axes {axes}; pass one "
+            "int, or one per axis."
+        )
+    lead = tuple(range(n))
+
+    def norm(ndim: int) -> tuple[int, ...]:
+        out = tuple(a % ndim if -ndim <= a < ndim else None for a in axes)
+        if None in out or len(set(out)) != n:
+            raise ValueError(
+                f"scan_in_dim axis={axes} does not name {n} distinct axes of an input with "
+                f"{ndim} dimensions."
+            )
+        return out
+
+    def to_front(x):
+        x = jnp.asarray(x)
+        return jnp.moveaxis(x, norm(x.ndim), lead)
+
+    def slice_in(x):  # (rest...) -> the scanned axes back in place, size 1
+        x = x.reshape((1,) * n + x.shape)
+        return jnp.moveaxis(x, lead, norm(x.ndim))
+
+    def slice_out(y):
+        y = jnp.asarray(y)
+        y = jnp.moveaxis(y, norm(y.ndim), lead)
+        return y.reshape(y.shape[n:])
+
+    def body(carry, x):
+        if keepdims:
+            x = jax.tree.map(slice_in, x)
+        carry, y = body_fn(carry, x)
+        if keepdims:
+            y = jax.tree.map(slice_out, y)
+        return carry, y
+
+    carry, ys = _scan_nested(body, init, jax.tree.map(to_front, xs), unrolls)
+    return carry, jax.tree.map(lambda y: jnp.moveaxis(y, lead, norm(y.ndim)), ys)

@@ -254,3 +254,41 @@ def test_pad_shard_unpad_errors_are_explicit():
     reduce = jax_utils.pad_shard_unpad(lambda p, x: {"loss": x.sum(axis=1)})
     with pytest.raises(ValueError, match=r"\['loss'\].*static_return=True"):
         reduce(None, np.ones(20))
+
+
+def test_scan_in_dim_one_axis_several_axes_and_keepdims():
+    scan_in_dim = jax_utils.scan_in_dim
+    xs = jnp.arange(24.0).reshape(2, 3, 4)
+    # One axis: a running sum along axis 1.
+    carry, ys = scan_in_dim(lambda c, x: (c + x, c + x), jnp.zeros((2, 4)), xs, axis=1)
+    np.testing.assert_allclose(ys, np.cumsum(np.asarray(xs), axis=1))
+    np.testing.assert_allclose(carry, np.asarray(xs).sum(1))
+
+    # Two axes (0 outermost, then 2): the order of visits is row-major over them.
+    order = []
+
+    def record(c, x):
+        order.append(x.shape)
+        return c + 1, x * c
+
+    count, ys = scan_in_dim(record, 0, xs, axis=(0, 2), unroll=(1, 2))
+    want = np.asarray(xs) * np.arange(8).reshape(2, 1, 4)
+    np.testing.assert_allclose(ys, want)
+    assert int(count) == 8 and order[0] == (3,)
+
+    # keepdims: the body sees (and returns) slices with size-1 scanned axes.
+    def keep(c, x):
+        assert x.shape == (1, 3, 1)
+        return c + x.sum(), x * 2
+
+    total, ys = scan_in_dim(keep, 0.0, xs, axis=(0, -1), keepdims=True)
+    np.testing.assert_allclose(ys, 2 * np.asarray(xs))
+    assert float(total) == float(np.asarray(xs).sum())
+
+
+def test_scan_in_dim_bad_arguments():
+    scan_in_dim = jax_utils.scan_in_dim
+    with pytest.raises(ValueError, match="distinct axes"):
+        scan_in_dim(lambda c, x: (c, x), 0, jnp.ones((2, 3)), axis=(0, 0))
+    with pytest.raises(ValueError, match="one per axis"):
+        scan_in_dim(lambda c, x: (c, x), 0, jnp.ones((2, 3)), axis=(0, 1), unroll=(1,))
