@@ -1,9 +1,9 @@
 """Text of the ``tabulate`` table: cell values as rich markup and the rich table itself.
 
 Every cell is a rich *markup* string. Arrays show as ``float32[2,3]`` with the dtype dimmed;
-Python scalars and other objects as their ``repr``. Containers are laid out YAML-style in
-block form (sorted mapping keys, ``- item`` sequence entries, sequences under a key at the
-key's own indentation), with quotes dropped, as Flax prints them.
+Python scalars and other objects as their ``repr``. Containers are written by PyYAML in
+block style (sorted mapping keys, ``- item`` sequence entries), with quotes dropped, as Flax
+prints them.
 """
 
 from __future__ import annotations
@@ -18,9 +18,6 @@ import jax
 import jax.numpy as jnp
 
 from flaxen.core import meta
-
-_FOLD_WIDTH = 80  # long plain scalars are folded at the first space past this column
-
 
 # --- leaves and structure ------------------------------------------------------------------
 
@@ -70,70 +67,24 @@ def _normalize(tree: Any) -> Any:
     return norm(tree)
 
 
-# --- YAML-style block layout ---------------------------------------------------------------
-
-
-def _needs_quotes(s: str) -> bool:
-    return bool(s) and (s[0] in "[]{}-&*!|>'\"%@`#,?: " or ": " in s or s[-1] in ": ")
-
-
-def _fold(s: str, col: int, indent: int) -> list[str]:
-    """A scalar written at column ``col``: broken at spaces once a line passes the width
-    (a quoted scalar counts its opening quote and its doubled inner quotes)."""
-    quoted = _needs_quotes(s)
-    col += quoted
-    lines, cur = [], ""
-    for i, word in enumerate(s.split(" ")):
-        if i and col > _FOLD_WIDTH and cur and word:
-            lines.append(cur)
-            cur, col = " " * indent + word, indent
-        else:
-            cur = f"{cur} {word}" if i else word
-            col += bool(i)
-        col += len(word) + quoted * word.count("'")
-    return [*lines, cur]
-
-
-def _block(node: Any, col: int, indent: int) -> list[str]:
-    """Lines of ``node`` written at column ``col``; continuation lines start at ``indent``
-    (their indentation included)."""
-    pad = " " * indent
-    if isinstance(node, dict):
-        if not node:
-            return ["{}"]
-        lines: list[str] = []
-        for key, value in node.items():
-            head = f"{key}:"
-            first = not lines
-            start = col if first else indent
-            if isinstance(value, dict) and value:
-                sub = _block(value, indent + 2, indent + 2)
-                body = [" " * (indent + 2) + sub[0], *sub[1:]]
-            elif isinstance(value, tuple) and value:  # sequences sit at the key's indentation
-                sub = _block(value, indent, indent)
-                body = [pad + sub[0], *sub[1:]]
-            else:
-                sub = _block(value, start + len(head) + 1, indent + 2)
-                head, body = f"{head} {sub[0]}", sub[1:]
-            lines += [head if first else pad + head, *body]
-        return lines
-    if isinstance(node, tuple):
-        if not node:
-            return ["[]"]
-        lines = []
-        for item in node:
-            start = col if not lines else indent
-            sub = _block(item, start + 2, indent + 2)
-            lines += [("- " if not lines else pad + "- ") + sub[0], *sub[1:]]
-        return lines
-    return _fold(node, col, indent)
+# --- YAML block layout ---------------------------------------------------------------------
 
 
 def layout(node: Any) -> str:
-    """Strings, key-sorted dicts and tuples of them in YAML block style, quotes dropped."""
+    """Strings, key-sorted dicts and tuples of them as PyYAML's block style, quotes dropped.
+
+    >>> print(layout({'a': ('x', 'y'), 'b': 'z'}))
+    a:
+    - x
+    - y
+    b: z
+    """
     if node is None or (hasattr(node, "__len__") and len(node) == 0):
         return ""
-    return "\n".join(_block(node, 0, 0)).replace("'", "").strip()
+    import yaml
+
+    text = yaml.safe_dump(node, default_flow_style=False, indent=2, sort_keys=False)
+    return text.replace("\n...", "").replace("'", "").strip()
 
 
 def value_markup(tree: Any) -> str:
