@@ -1,8 +1,10 @@
 """TensorBoard summaries: ``SummaryWriter`` with the API of ``flax.metrics.tensorboard``.
 
-Flax writes through TensorFlow; flaxen writes the same event files through the light
-``tensorboardX`` package (protobuf + numpy, no TensorFlow), imported when a writer is created:
-``pip install flaxen[tensorboard]``. Images are encoded as PNG and audio as 16-bit WAV here,
+Flax writes through TensorFlow's ``tf.summary``; flaxen writes the same event files (the
+tensor summaries of TensorBoard's scalars, images, audio, histograms and text plugins, readable
+by TensorBoard and by ``tensorboard.util.tensor_util``) with the protobuf messages of the light
+``tensorboardX`` package, or of ``tensorboard`` itself (protobuf + numpy, no TensorFlow),
+imported when a writer is created: ``pip install flaxen[tensorboard]``. Images are encoded as PNG and audio as 16-bit WAV here,
 with the standard library, so neither Pillow nor soundfile is needed.
 
 >>> import tempfile
@@ -25,43 +27,39 @@ from typing import Any
 
 import numpy as np
 
+from flaxen.metrics import _event_file
+
 __all__ = ["SummaryWriter"]
 
 _WRITER_IDS = itertools.count()
 _HPARAM_TYPES = (bool, int, float, str, np.bool_, np.integer, np.floating, np.character)
 
 
-def _tbx():
-    try:
-        from tensorboardX import event_file_writer, summary
-        from tensorboardX.proto import (
-            event_pb2,
-            summary_pb2,
-            tensor_pb2,
-            tensor_shape_pb2,
-            types_pb2,
-        )
-    except ImportError as e:
-        raise ImportError(
-            "flaxen.metrics.tensorboard.SummaryWriter writes TensorBoard files with the "
-            "tensorboardX package, which is not installed. Install it with "
-            "`pip install flaxen[tensorboard]` (or `pip install tensorboardX`)."
-        ) from e
-    return event_file_writer, summary, event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+def _flatten_dict(tree: Mapping, parent_key: str = "", sep: str = ".") -> dict[str, Any]:
+    """Nested dicts to ``{'a.b': value}``; values TensorBoard cannot show become strings.
 
+    Bools, ints, floats, strings and their numpy scalars are kept as they are.
 
-def _flatten_hparams(tree: Mapping, parent: str = "", sep: str = ".") -> dict[str, Any]:
-    """Nested dicts to ``{'a.b': value}``; values TensorBoard cannot show become strings."""
+    >>> _flatten_dict({'lr': 0.1, 'model': {'depth': 3, 'sizes': (1, 2)}})
+    {'lr': 0.1, 'model.depth': 3, 'model.sizes': '(1, 2)'}
+    """
     flat: dict[str, Any] = {}
     for key, value in tree.items():
-        name = f"{parent}{sep}{key}" if parent else str(key)
+        name = f"{parent_key}{sep}{key}" if parent_key else str(key)
         if isinstance(value, Mapping):
-            flat.update(_flatten_hparams(value, name, sep))
+            flat.update(_flatten_dict(value, name, sep))
         elif isinstance(value, _HPARAM_TYPES):
-            flat[name] = value.item() if isinstance(value, np.generic) else value
+            flat[name] = value
         else:
             flat[name] = str(value)
     return flat
+
+
+def _flatten_hparams(tree: Mapping) -> dict[str, Any]:
+    # tensorboardX's hparams summary takes Python scalars, not numpy ones.
+    return {
+        k: v.item() if isinstance(v, np.generic) else v for k, v in _flatten_dict(tree).items()
+    }
 
 
 def _png(image: np.ndarray) -> bytes:
@@ -120,8 +118,10 @@ def _as_images(image: Any) -> np.ndarray:
     if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
             or arr.dtype == np.bool_):
         raise TypeError(f"SummaryWriter.image needs uint8 or float pixels, got {arr.dtype}.")
-    # Float pixels are in [0, 1]; Flax (through TensorFlow) scales them the same way.
-    return np.round(np.clip(arr.astype(np.float64), 0.0, 1.0) * 255).astype(np.uint8)
+    # Float pixels are in [0, 1]. TensorFlow's convert_image_dtype (which Flax's writer uses)
+    # maps x to floor(x * 255.5), saturating: do the same, so the stored pixels are equal.
+    scaled = np.floor(np.clip(arr.astype(np.float64), 0.0, 1.0) * 255.5)
+    return np.minimum(scaled, 255).astype(np.uint8)
 
 
 class SummaryWriter:
@@ -133,8 +133,9 @@ class SummaryWriter:
     """
 
     def __init__(self, log_dir: str | os.PathLike, auto_flush: bool = True) -> None:
-        files, self._summary, self._event_pb, *protos = _tbx()
-        self._pb, self._tensor_pb, self._shape_pb, self._types_pb = protos
+        self._protos = protos = _event_file.load_protos()
+        self._event_pb, self._pb = protos.event, protos.summary
+        self._tensor_pb, self._shape_pb, self._types_pb = protos.tensor, protos.shape, protos.types
         log_dir = os.fspath(log_dir)
         if os.path.exists(log_dir) and not os.path.isdir(log_dir):
             raise NotADirectoryError(
@@ -150,11 +151,11 @@ class SummaryWriter:
             ) from e
         self.log_dir = log_dir
         self._auto_flush = auto_flush
-        # tensorboardX's record writer, used synchronously (its FileWriter queues events to a
-        # thread, and its flush() does not wait for that queue). The suffix keeps two writers
-        # started in the same second from sharing (and truncating) one file.
+        # A synchronous writer: each call is on disk (auto_flush) or in the file buffer when it
+        # returns. The suffix keeps two writers started in the same second from sharing (and
+        # truncating) one file.
         suffix = f".{os.getpid()}.{next(_WRITER_IDS)}"
-        self._writer = files.EventsWriter(os.path.join(log_dir, "events"), suffix)
+        self._writer = _event_file.EventFileWriter(log_dir, protos, suffix)
         self._lock = threading.Lock()
         self._closed = False
 
@@ -167,7 +168,7 @@ class SummaryWriter:
             )
         event = self._event_pb.Event(summary=summary, step=self._step(step), wall_time=time.time())
         with self._lock:
-            self._writer.write_event(event)
+            self._writer.write(event)
             if self._auto_flush:
                 self._writer.flush()
 
@@ -202,39 +203,41 @@ class SummaryWriter:
                 self._writer.close()
 
     def flush(self) -> None:
-        """Writes pending summaries to disk."""
+        """Writes pending summaries to disk.
+
+        Raises ``AttributeError`` once the writer is closed (as Flax's writer does).
+        """
         with self._lock:
-            if not self._closed:
-                self._writer.flush()
+            if self._closed:
+                raise AttributeError(
+                    f'This SummaryWriter (log_dir "{self.log_dir}") is closed and has nothing '
+                    "to flush; create a new one to write more."
+                )
+            self._writer.flush()
 
     def scalar(self, tag: str, value: Any, step: int) -> None:
-        """Saves one number (a Python or numpy scalar, or a one-element array)."""
+        """Saves one number (a Python or numpy scalar, or a one-element array) as float32."""
         arr = np.asarray(value)
         if arr.size != 1 or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
             raise ValueError(
                 f"SummaryWriter.scalar({tag!r}) needs one number, got {value!r} (shape "
                 f"{arr.shape}, dtype {arr.dtype}). Log arrays with histogram() or write()."
             )
-        self._add(self._value(tag, simple_value=float(arr.reshape(()))), step)
+        self._add_tensor(tag, arr.reshape(()).astype(np.float32), step, "scalars")
 
     def image(self, tag: str, image: Any, step: int, max_outputs: int = 3) -> None:
         """Saves up to ``max_outputs`` images: [H,W], [H,W,C], [K,H,W] or [K,H,W,C].
 
-        Pixels are uint8 in [0, 255] or floats in [0, 1]. One image is stored under ``tag``,
-        several under ``tag/image/<k>`` (TensorBoard shows them side by side).
+        Pixels are uint8 in [0, 255] or floats in [0, 1]; greyscale images are stored as RGB.
+        The summary's tensor holds ``[width, height, png_1, ..., png_k]`` as strings, the
+        layout of TensorBoard's images plugin.
         """
         images = _as_images(image)[: max(int(max_outputs), 0)]
-        values = []
-        for k, img in enumerate(images):
-            if img.shape[-1] == 1:
-                img = np.repeat(img, 3, axis=-1)  # greyscale shown as RGB, as Flax does
-            height, width, channels = img.shape
-            encoded = self._pb.Summary.Image(
-                height=height, width=width, colorspace=channels, encoded_image_string=_png(img)
-            )
-            name = self._tag(tag) if len(images) == 1 else f"{self._tag(tag)}/image/{k}"
-            values.append(self._pb.Summary.Value(tag=name, image=encoded))
-        self._add(self._pb.Summary(value=values), step)
+        if images.shape[-1] == 1:
+            images = np.repeat(images, 3, axis=-1)  # greyscale shown as RGB, as Flax does
+        height, width = images.shape[1:3]
+        blobs = [str(width).encode(), str(height).encode(), *(_png(img) for img in images)]
+        self._add_tensor(tag, _strings(blobs), step, "images")
 
     def audio(
         self, tag: str, audiodata: Any, step: int, sample_rate: int = 44100,
@@ -243,7 +246,7 @@ class SummaryWriter:
         """Saves up to ``max_outputs`` clips of ``[clips, frames, channels]`` audio as WAV.
 
         Samples are clipped to [-1, 1]. A ``[frames]`` or ``[clips, frames]`` array is taken as
-        single-channel audio.
+        single-channel audio. The summary's tensor holds one WAV file per clip.
         """
         arr = np.asarray(audiodata, dtype=np.float64)
         if arr.ndim == 1:
@@ -257,19 +260,17 @@ class SummaryWriter:
         if int(sample_rate) <= 0:
             raise ValueError(f"sample_rate must be positive, got {sample_rate!r}.")
         arr = np.clip(np.nan_to_num(arr), -1.0, 1.0)[: max(int(max_outputs), 0)]
-        values = []
-        for k, clip in enumerate(arr):
-            encoded = self._pb.Summary.Audio(
-                sample_rate=float(sample_rate), num_channels=clip.shape[1],
-                length_frames=clip.shape[0], encoded_audio_string=_wav(clip, sample_rate),
-                content_type="audio/wav",
-            )
-            name = self._tag(tag) if len(arr) == 1 else f"{self._tag(tag)}/audio/{k}"
-            values.append(self._pb.Summary.Value(tag=name, audio=encoded))
-        self._add(self._pb.Summary(value=values), step)
+        blobs = [_wav(clip, sample_rate) for clip in arr]
+        # AudioPluginData(encoding=WAV): field 2, varint 11.
+        self._add_tensor(tag, _strings(blobs), step, "audio", content=b"\x10\x0b")
 
     def histogram(self, tag: str, values: Any, step: int, bins: int | None = None) -> None:
-        """Saves a histogram of ``values`` (flattened) with ``bins`` buckets (default 30)."""
+        """Saves a histogram of ``values`` (flattened) with ``bins`` buckets (default 30).
+
+        The buckets split ``[min, max]`` evenly; the summary's tensor has one row
+        ``(left edge, right edge, count)`` per bucket, the layout of TensorBoard's
+        histograms plugin.
+        """
         arr = np.asarray(values, dtype=np.float64).reshape(-1)
         if arr.size == 0:
             raise ValueError(f"SummaryWriter.histogram({tag!r}) got no values.")
@@ -278,8 +279,15 @@ class SummaryWriter:
                 f"SummaryWriter.histogram({tag!r}) got NaN or infinite values; filter them "
                 "out first (e.g. values[np.isfinite(values)])."
             )
-        summary = self._summary.histogram(self._tag(tag), arr, bins=30 if bins is None else bins)
-        self._add(summary, step)
+        buckets = 30 if bins is None else int(bins)
+        if buckets < 1:
+            raise ValueError(f"SummaryWriter.histogram({tag!r}) needs bins >= 1, got {bins!r}.")
+        low, high = float(arr.min()), float(arr.max())
+        if low == high:  # one value: a unit-wide range around it
+            low, high = low - 0.5, high + 0.5
+        counts, edges = np.histogram(arr, bins=buckets, range=(low, high))
+        table = np.stack([edges[:-1], edges[1:], counts.astype(np.float64)], axis=1)
+        self._add_tensor(tag, table, step, "histograms")
 
     def text(self, tag: str, textdata: str | bytes, step: int) -> None:
         """Saves a text summary (TensorBoard renders Markdown)."""
@@ -314,15 +322,33 @@ class SummaryWriter:
         """Saves hyperparameters (nested dicts are flattened to ``a.b`` names)."""
         if not isinstance(hparams, Mapping):
             raise TypeError(f"hparams must be a dict, got {type(hparams).__name__}.")
-        _, session_start, _ = self._summary.hparams(_flatten_hparams(hparams), {})
-        self._add(session_start, 0)
+        hp = self._protos.hparams
+        info = hp.SessionStartInfo(start_time_secs=time.time())
+        for name, value in _flatten_hparams(hparams).items():
+            if isinstance(value, bool):
+                info.hparams[name].bool_value = value
+            elif isinstance(value, (int, float)):
+                info.hparams[name].number_value = value
+            else:
+                info.hparams[name].string_value = str(value)
+        content = hp.HParamsPluginData(version=0, session_start_info=info).SerializeToString()
+        summary = self._pb.Summary(value=[self._pb.Summary.Value(
+            tag="_hparams_/session_start_info", metadata=self._plugin("hparams", content))])
+        self._add(summary, 0)
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _plugin(self, name: str) -> Any:
+    def _plugin(self, name: str, content: bytes = b"") -> Any:
         return self._pb.SummaryMetadata(
-            plugin_data=self._pb.SummaryMetadata.PluginData(plugin_name=name)
+            plugin_data=self._pb.SummaryMetadata.PluginData(plugin_name=name, content=content)
         )
+
+    def _add_tensor(
+        self, tag: str, tensor: np.ndarray, step: int, plugin: str, content: bytes = b""
+    ) -> None:
+        value = self._value(tag, tensor=self._tensor_proto(tensor))
+        value.value[0].metadata.CopyFrom(self._plugin(plugin, content))
+        self._add(value, step)
 
     def _tensor_proto(self, tensor: Any) -> Any:
         arr = np.asarray(tensor)
@@ -360,6 +386,12 @@ class SummaryWriter:
             self.close()
         except Exception:  # interpreter shutdown: nothing left to report to
             pass
+
+
+def _strings(blobs: list[bytes]) -> np.ndarray:
+    out = np.empty(len(blobs), dtype=object)
+    out[:] = blobs
+    return out
 
 
 _DTYPES = {

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 tbx = pytest.importorskip("tensorboardX")
-from tensorboardX.proto import event_pb2, plugin_hparams_pb2  # noqa: E402
+from tensorboardX.proto import event_pb2, plugin_hparams_pb2, types_pb2  # noqa: E402
 from tensorboardX.record_writer import masked_crc32c  # noqa: E402
 
 from flaxen.metrics import tensorboard  # noqa: E402
@@ -40,6 +40,20 @@ def values(log_dir):
     return [(e.step, v) for e in read_events(log_dir) for v in e.summary.value]
 
 
+def tensor(value):
+    """The numpy array of a summary value's TensorProto (numeric or string)."""
+    t = value.tensor
+    shape = [d.size for d in t.tensor_shape.dim]
+    if t.string_val:
+        return np.array(list(t.string_val), dtype=object).reshape(shape)
+    dtype = {types_pb2.DT_FLOAT: "<f4", types_pb2.DT_DOUBLE: "<f8"}[t.dtype]
+    return np.frombuffer(t.tensor_content, dtype).reshape(shape)
+
+
+def plugin(value):
+    return value.metadata.plugin_data.plugin_name
+
+
 def decode_png(blob):
     assert blob[:8] == b"\x89PNG\r\n\x1a\n"
     pos, idat, header = 8, b"", None
@@ -66,16 +80,22 @@ def test_scalar_text_histogram_roundtrip(tmp_path):
         w.text("notes", "**hello**", step=3)
         w.histogram("weights", np.arange(100.0).reshape(10, 10), step=4, bins=5)
     got = values(tmp_path)
-    assert [(s, v.tag, v.simple_value) for s, v in got[:2]] == [(1, "loss", 0.25),
-                                                               (2, "loss", 0.125)]
+    # Scalars are float32 scalar tensors of the scalars plugin (what tf.summary writes).
+    assert [(s, v.tag, plugin(v), tensor(v).shape, float(tensor(v))) for s, v in got[:2]] == [
+        (1, "loss", "scalars", (), 0.25), (2, "loss", "scalars", (), 0.125)]
     step, text = got[2]
-    assert step == 3 and text.tag == "notes"
-    assert text.metadata.plugin_data.plugin_name == "text"
+    assert step == 3 and text.tag == "notes" and plugin(text) == "text"
     assert list(text.tensor.string_val) == [b"**hello**"]
     step, hist = got[3]
-    assert step == 4 and hist.tag == "weights"
-    assert hist.histo.num == 100 and hist.histo.min == 0 and hist.histo.max == 99
-    assert hist.histo.sum == sum(range(100)) and sum(hist.histo.bucket) == 100
+    assert step == 4 and hist.tag == "weights" and plugin(hist) == "histograms"
+    table = tensor(hist)  # one (left, right, count) row per bucket over [min, max]
+    np.testing.assert_allclose(table[:, 0], [0, 19.8, 39.6, 59.4, 79.2])
+    np.testing.assert_allclose(table[:, 1], [19.8, 39.6, 59.4, 79.2, 99])
+    assert table[:, 2].tolist() == [20, 20, 20, 20, 20]
+    with SummaryWriter(tmp_path / "one") as w:
+        w.histogram("same", np.full(4, 2.0), step=0, bins=2)
+    (_, same), = values(tmp_path / "one")
+    assert tensor(same).tolist() == [[1.5, 2.0, 0.0], [2.0, 2.5, 4.0]]
 
 
 def test_auto_flush_makes_each_call_visible(tmp_path):
@@ -90,14 +110,19 @@ def test_auto_flush_makes_each_call_visible(tmp_path):
     w.close()  # closing twice is fine
     with pytest.raises(RuntimeError, match="closed"):
         w.scalar("a", 3, 2)
+    with pytest.raises(AttributeError, match="closed"):
+        w.flush()
 
 
 def test_manual_flush(tmp_path):
     w = SummaryWriter(tmp_path / "logs", auto_flush=False)
     for i in range(3):
         w.scalar("x", i, i)
+    (event_file,) = glob.glob(str(tmp_path / "logs" / "events.out.tfevents.*"))
+    size = os.path.getsize(event_file)
     w.flush()
-    assert [v.simple_value for _, v in values(tmp_path / "logs")] == [0, 1, 2]
+    assert os.path.getsize(event_file) > size  # the scalars waited in the buffer
+    assert [float(tensor(v)) for _, v in values(tmp_path / "logs")] == [0, 1, 2]
     w.close()
 
 
@@ -108,37 +133,41 @@ def test_image_shapes(tmp_path, shape, n):
     img = rng.randint(0, 256, size=shape).astype(np.uint8)
     with SummaryWriter(tmp_path) as w:
         w.image("img", img, step=7)
-    got = values(tmp_path)
-    assert len(got) == n
-    tags = [v.tag for _, v in got]
-    assert tags == (["img"] if n == 1 else [f"img/image/{k}" for k in range(n)])
+    (step, v), = values(tmp_path)
+    # One value of the images plugin: [width, height, png_1, ..., png_n] as strings.
+    assert step == 7 and v.tag == "img" and plugin(v) == "images"
+    blobs = list(v.tensor.string_val)
+    assert blobs[:2] == [b"5", b"4"] and len(blobs) == n + 2
     batch = img if len(shape) == 4 or (len(shape) == 3 and shape[-1] not in (1, 3)) else img[None]
-    for k, (step, v) in enumerate(got):
-        assert step == 7 and (v.image.height, v.image.width) == (4, 5)
-        pixels = decode_png(v.image.encoded_image_string)
+    for k, blob in enumerate(blobs[2:]):
         want = batch[k]
         want = want[..., None] if want.ndim == 2 else want
-        np.testing.assert_array_equal(pixels, np.broadcast_to(want, (4, 5, 3)))
+        np.testing.assert_array_equal(decode_png(blob), np.broadcast_to(want, (4, 5, 3)))
 
 
-def test_float_image_is_scaled_and_clipped(tmp_path):
+def test_float_image_is_scaled_and_clipped_like_tensorflow(tmp_path):
     with SummaryWriter(tmp_path) as w:
-        w.image("f", np.array([[0.0, 0.5], [1.0, 2.0]]), step=0)
+        w.image("f", np.array([[0.0, 0.5], [0.999, 2.0]]), step=0)
     (_, v), = values(tmp_path)
-    np.testing.assert_array_equal(decode_png(v.image.encoded_image_string)[..., 0],
-                                  [[0, 128], [255, 255]])
+    # floor(x * 255.5), saturating: TensorFlow's convert_image_dtype.
+    np.testing.assert_array_equal(decode_png(v.tensor.string_val[2])[..., 0],
+                                  [[0, 127], [255, 255]])
 
 
 def test_audio_is_wav(tmp_path):
     clips = np.stack([np.linspace(-1, 1, 50), np.full(50, 3.0)])[..., None]
     with SummaryWriter(tmp_path) as w:
         w.audio("snd", clips, step=2, sample_rate=8000, max_outputs=1)
-    (step, v), = values(tmp_path)
-    assert step == 2 and v.audio.sample_rate == 8000 and v.audio.length_frames == 50
-    with wave.open(io.BytesIO(v.audio.encoded_audio_string)) as f:
+        w.audio("two", clips, step=3, sample_rate=8000)
+    (step, v), (_, two) = values(tmp_path)
+    assert step == 2 and plugin(v) == "audio" and len(v.tensor.string_val) == 1
+    assert len(two.tensor.string_val) == 2
+    with wave.open(io.BytesIO(v.tensor.string_val[0])) as f:
         assert (f.getnchannels(), f.getframerate(), f.getnframes()) == (1, 8000, 50)
         pcm = np.frombuffer(f.readframes(50), "<i2")
     np.testing.assert_allclose(pcm / 32767, clips[0, :, 0], atol=1e-4)
+    with wave.open(io.BytesIO(two.tensor.string_val[1])) as f:
+        assert (np.frombuffer(f.readframes(50), "<i2") == 32767).all()  # clipped to 1
 
 
 def test_write_tensor_with_metadata(tmp_path):
@@ -208,3 +237,15 @@ def test_missing_tensorboardx_names_the_extra(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_tbx)
     with pytest.raises(ImportError, match=r"pip install flaxen\[tensorboard\]"):
         tensorboard.SummaryWriter("/tmp/unused")
+
+
+def test_flatten_dict_keeps_supported_scalars_and_stringifies_the_rest():
+    flat = tensorboard._flatten_dict({"a": {"b": np.int64(3), "c": None}, "d": [1], "e": True})
+    assert flat == {"a.b": 3, "a.c": "None", "d": "[1]", "e": True}
+    assert type(flat["a.b"]) is np.int64
+
+
+def test_crc32c_table_matches_the_standard_check_value():
+    from flaxen.metrics import _event_file
+
+    assert _event_file._crc32c_python(b"123456789") == 0xE3069283
