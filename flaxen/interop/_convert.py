@@ -142,7 +142,8 @@ def _source_names(unit: TorchUnit) -> set[str]:
 def plan(source: Any, target: Any, rules: Mapping[str, Any] | None = None
          ) -> tuple[Plan, dict[tuple, np.ndarray], list[str]]:
     """Pairs the units and converts them; returns the plan, the arrays and the problems."""
-    units, problems, module = read_source(source)
+    drop_patterns = [k for k, v in (rules or {}).items() if v is None]
+    units, problems, module = read_source(source, lambda key: _dropped(key, drop_patterns))
     tgt = read_target(target)
     keys = {k for u in units for k in u.keys.values()}
     prefixes = {u.prefix for u in units} | {""}
@@ -218,7 +219,7 @@ def plan(source: Any, target: Any, rules: Mapping[str, Any] | None = None
                 problems.append(f"torch {src_key} {tuple(arr.shape)} maps to {t.name}/{rel}, "
                                 f"which the target does not have")
                 continue
-            _place(filled, leaf, arr, f"torch {_source_key(s, rel)} (from {s.name})", problems)
+            _place(filled, leaf, arr, f"torch {_source_key(s, rel)}", problems)
         for name in set(s.leaves) - used:
             problems.append(f"torch key {s.keys[name]!r} {shape_of(s.leaves[name])} maps "
                             f"nowhere in target layer {t.name}")
@@ -234,15 +235,23 @@ def plan(source: Any, target: Any, rules: Mapping[str, Any] | None = None
     return Plan(tgt, pairs, module), filled, problems
 
 
+_ORIGIN = {"kernel": "weight", "scale": "weight", "embedding": "weight",
+           "negative_slope": "weight", "mean": "running_mean", "var": "running_var",
+           "bias": "bias", "out/kernel": "out_proj.weight", "out/bias": "out_proj.bias"}
+
+
 def _source_key(s: TorchUnit, rel: str) -> str:
-    keys = list(s.keys.values())
-    return f"key {keys[0]!r}" if len(keys) == 1 else f"layer {s.name!r}"
+    local = _ORIGIN.get(rel)
+    if local in s.keys:
+        return f"key {s.keys[local]!r} {shape_of(s.leaves[local])}"
+    return f"layer {s.name!r}"
 
 
 def _place(filled: dict, leaf: TargetLeaf, arr: np.ndarray, what: str, problems: list) -> None:
     if tuple(arr.shape) != leaf.shape:
         problems.append(f"{what}: converted shape {tuple(arr.shape)} does not fit target "
                         f"{_leaf_path_str(leaf)} {leaf.shape}")
+        filled[leaf.path] = None  # reported already: not "unfilled" as well
         return
     filled[leaf.path] = (arr, leaf.dtype)
 

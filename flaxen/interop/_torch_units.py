@@ -81,8 +81,11 @@ def shape_of(value: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in value.shape)
 
 
-def read_source(source: Any) -> tuple[list[TorchUnit], list[str], Any]:
-    """``(units, problems, module)`` for a state dict or a ``torch.nn.Module``."""
+def read_source(source: Any, skip: Any = None) -> tuple[list[TorchUnit], list[str], Any]:
+    """``(units, problems, module)`` for a state dict or a ``torch.nn.Module``.
+
+    Keys for which ``skip(key)`` is true are left out (the user's drop rules).
+    """
     module = None
     if hasattr(source, "state_dict") and hasattr(source, "named_modules"):
         module = source
@@ -99,6 +102,8 @@ def read_source(source: Any) -> tuple[list[TorchUnit], list[str], Any]:
     for key, value in state.items():
         if not isinstance(key, str):
             problems.append(f"state-dict key {key!r} is a {type(key).__name__}, not a string")
+            continue
+        if skip is not None and skip(key):
             continue
         if not is_array(value):
             problems.append(

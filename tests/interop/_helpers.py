@@ -37,3 +37,5 @@ def nchw_to_nhwc(x: np.ndarray) -> np.ndarray:
 def assert_close(flaxen_out, torch_out, rtol=RTOL, atol=ATOL) -> None:
     np.testing.assert_allclose(np.asarray(flaxen_out), to_np(torch_out), rtol=rtol, atol=atol)
 
+
+from flaxen.interop import torch as fxt  # noqa: E402, F401  (after the importorskip above)
