@@ -35,6 +35,7 @@ __all__ = [
     "int_flag",
     "static_bool_env",
     "static_int_env",
+    "temp_flip_flag",
 ]
 
 _T = TypeVar("_T")
@@ -283,6 +284,18 @@ class Config:
 
 
 config = Config()
+
+
+def temp_flip_flag(var_name: str, var_value: bool) -> contextlib.AbstractContextManager[None]:
+    """``config.temp_flip_flag`` as a module function; also usable as a test decorator.
+
+    >>> @temp_flip_flag('return_frozendict', True)
+    ... def check():
+    ...     return config.flax_return_frozendict
+    >>> check(), config.flax_return_frozendict
+    (True, False)
+    """
+    return config.temp_flip_flag(var_name, var_value)
 
 
 def bool_flag(name: str, *, default: bool, help: str) -> FlagHolder[bool]:

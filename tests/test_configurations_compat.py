@@ -49,3 +49,19 @@ def test_values_mapping_and_holder_agree():
         config._values = None
     with pytest.raises(AttributeError, match="update"):
         config.flax_profile = False
+
+
+def test_module_temp_flip_flag_as_context_and_decorator():
+    from flaxen.configurations import temp_flip_flag
+
+    before = config.flax_fix_rng_separator
+
+    @temp_flip_flag("fix_rng_separator", not before)
+    def inside():
+        return config.flax_fix_rng_separator
+
+    assert inside() is (not before) and inside() is (not before)
+    assert config.flax_fix_rng_separator is before
+    with temp_flip_flag("flax_fix_rng_separator", not before):
+        assert config.flax_fix_rng_separator is (not before)
+    assert config.flax_fix_rng_separator is before
