@@ -52,6 +52,22 @@ def lazy_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     for path, var in zip(out_paths, jaxpr.outvars):
         if isinstance(var, jex_core.Var) and var in dependent:
             raise errors.LazyInitError(jax.tree_util.keystr(path))
-    dummies = [jnp.zeros(s.shape, s.dtype) for s in abstract_in]
-    out_flat = jex_core.jaxpr_as_fun(closed)(*dummies)
+    # Keep only the equations the outputs need: the rest (the model's forward pass on the
+    # abstract inputs) is never run, so a huge abstract input allocates nothing.
+    needed = {v for v in jaxpr.outvars if isinstance(v, jex_core.Var)}
+    kept = []
+    for eqn in reversed(jaxpr.eqns):
+        if any(v in needed for v in eqn.outvars) or eqn.effects:
+            kept.append(eqn)
+            needed.update(v for v in eqn.invars if isinstance(v, jex_core.Var))
+    kept.reverse()
+    if any(v in dependent for eqn in kept for v in eqn.invars
+           if isinstance(v, jex_core.Var)):
+        dummies = [jnp.zeros(s.shape, s.dtype) for s in abstract_in]  # effects on inputs
+        out_flat = jex_core.jaxpr_as_fun(closed)(*dummies)
+    else:
+        info = jaxpr.debug_info
+        info = info._replace(arg_names=()) if info is not None else None
+        pruned = jaxpr.replace(invars=[], eqns=kept, debug_info=info)
+        out_flat = jex_core.jaxpr_as_fun(jex_core.ClosedJaxpr(pruned, closed.consts))()
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), out_flat)

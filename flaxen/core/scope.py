@@ -354,8 +354,12 @@ class Scope:
 
     @property
     def path_text(self) -> str:
-        """The path as ``'/a/b'`` (``'/'`` for a root scope)."""
-        return "/" + "/".join(self.path)
+        """The debug path as ``'/a/b'`` (``'/'`` for a root scope), for error messages.
+
+        Inside a lifted transform the scope's own name is shown wrapped in the transform's
+        name (``'/vmap(dense)'``), so errors say where the transform was applied.
+        """
+        return "/" + "/".join(self.debug_path)
 
     @property
     def invalid(self) -> bool:
@@ -705,8 +709,9 @@ class Scope:
             lazy = self.rngs.get("params")
             if lazy is None:
                 raise errors.InvalidRngError(
-                    f'Scope "{self.path_text}" needs PRNG stream "{name}" but none was '
-                    f"given (streams present: {sorted(self.rngs) or 'none'})."
+                    f'{self.name} needs PRNG for "{name}": scope "{self.path_text}" got no '
+                    f'stream "{name}" (streams present: {sorted(self.rngs) or "none"}). Pass it '
+                    "to init/apply, e.g. rngs={'" + name + "': jax.random.key(0)}."
                 )
             name = "params"
         counters = self.rng_counters
@@ -775,9 +780,10 @@ def bind(
             params["params"], Mapping):
         raise errors.ApplyScopeInvalidVariablesStructureError(variables)
     if rngs is not None and not _is_valid_rngs(rngs):
-        raise errors.InvalidRngError(
-            "The rngs passed to apply/bind must map stream names to PRNG keys "
-            f"(from jax.random.key or jax.random.PRNGKey); got {rngs!r}."
+        raise ValueError(
+            "The ``rngs`` argument passed to an apply function should be a ``jax.PRNGKey`` "
+            "or a dict mapping stream names to PRNG keys (from jax.random.key or "
+            f"jax.random.PRNGKey); got {rngs!r}."
         )
     return Scope(_unfreeze_variables(variables, mutable), rngs=rngs, mutable=mutable,
                  flags=flags)
@@ -836,15 +842,15 @@ def init(
         if not isinstance(rngs, Mapping):
             if not is_valid_rng(rngs):
                 raise ValueError(
-                    "The first argument of an init function must be a PRNG key "
+                    "First argument passed to an init function should be a ``jax.PRNGKey`` "
                     "(jax.random.key(0) or jax.random.PRNGKey(0)) or a dict mapping stream "
                     f"names to PRNG keys; got {rngs!r}."
                 )
             rngs = {"params": rngs}
         elif not _is_valid_rngs(rngs):
             raise ValueError(
-                "The first argument of an init function must be a PRNG key or a dict "
-                f"mapping stream names to PRNG keys; got {rngs!r}."
+                "First argument passed to an init function should be a ``jax.PRNGKey`` or a "
+                f"dict mapping stream names to PRNG keys; got {rngs!r}."
             )
         init_flags = {**(flags or {}), "initializing": True}
         return apply(fn, mutable=mutable, flags=init_flags)({}, *args, rngs=rngs, **kwargs)

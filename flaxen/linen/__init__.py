@@ -18,6 +18,7 @@ from flaxen.linen.module import (
     Variable,
     apply,
     compact,
+    compact_name_scope,
     disable_named_call,
     enable_named_call,
     init,
@@ -96,6 +97,9 @@ from flaxen.linen.recurrent import (
     RNNCellBase,
     SimpleCell,
 )
+from flaxen.linen import fp8_ops, kw_only_dataclasses
+from flaxen.linen.batch_apply import BatchApply
+from flaxen.linen.fp8_ops import Fp8DotGeneralOp
 # --- end layers ---
 
 # --- spmd (edited by the lead) ---

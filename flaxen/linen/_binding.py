@@ -14,8 +14,9 @@ from typing import Any
 
 from flaxen import errors, traceback_util
 from flaxen.core import scope as core_scope
+from flaxen.core._rng import is_valid_rng
 from flaxen.core.scope import DenyList, union_filters
-from flaxen.linen._naming import try_setup
+from flaxen.linen._naming import adopt_fields, try_setup
 from flaxen.linen._state import ModuleBase, context, hooks
 
 INIT_MUTABLE = DenyList("intermediates")
@@ -62,6 +63,18 @@ def _deep_clone_value(v: Any, cache: dict, reset_names: bool) -> Any:
 def check_instance(module: Any) -> None:
     if not isinstance(module, ModuleBase):
         raise errors.InvalidInstanceModuleError()
+    if "_state" not in module.__dict__:
+        raise errors.IncorrectPostInitOverrideError()
+
+
+def check_rngs(module: Any, rngs: Any) -> None:
+    """A single (non-dict) ``rngs`` given to init/apply must be a PRNG key."""
+    if rngs is not None and not isinstance(rngs, Mapping) and not is_valid_rng(rngs):
+        raise errors.InvalidRngError(
+            f"RNGs should be of shape (2,) or PRNGKey in Module {type(module).__name__}, "
+            f"but rngs are: {rngs}. Pass jax.random.key(0) (or jax.random.PRNGKey(0)), or a "
+            "dict of them such as {'params': key, 'dropout': key2}."
+        )
 
 
 def _takes_an_argument(fn: Callable) -> bool:
@@ -79,11 +92,28 @@ def _takes_an_argument(fn: Callable) -> bool:
 def resolve_method(module: Any, method: Any) -> Callable[..., Any]:
     """``method=`` of init/apply as a function ``fn(module, *args, **kwargs)``."""
     if method is None:
-        return type(module).__call__
+        cls = type(module)
+        for klass in cls.__mro__:
+            fn = klass.__dict__.get("__call__")
+            if fn is not None:
+                return fn
+        raise AttributeError(
+            f'"{cls.__name__}" object has no attribute "__call__": define __call__ on the '
+            "Module, or pass the method to run with method=..."
+        )
     if isinstance(method, str):
-        attr = getattr(module, method)  # missing -> the Module's AttributeError
+        name = method
+        attr = getattr(module, name)  # missing -> the Module's AttributeError
         if not callable(attr):
-            raise errors.ApplyModuleInvalidMethodError(method)
+            raise TypeError(
+                f"'{type(module).__name__}.{name}' must be a callable, got "
+                f"{type(attr).__name__}. Pass the name of a method (or of a submodule)."
+            )
+        if isinstance(attr, ModuleBase):  # a submodule (field or setup attribute): call it
+            def call_submodule(m: Any, *args: Any, **kwargs: Any) -> Any:
+                return getattr(m, name)(*args, **kwargs)
+
+            return call_submodule
         method = attr
     if inspect.ismethod(method):
         method = method.__func__
@@ -115,12 +145,16 @@ def _capture_call(module: Any, method_name: str) -> bool:
 def _scope_fn(fn: Callable, module: Any, keep: Any) -> Callable[..., Any]:
     if keep is None:
         def scope_fn(scope: Any, *args: Any, **kwargs: Any) -> Any:
+            bound = clone(module, scope)
+            adopt_fields(bound)
             if context.capture_stack:  # shadow an outer apply's capture filter
-                return _with_capture(fn, clone(module, scope), None, args, kwargs)
-            return fn(clone(module, scope), *args, **kwargs)
+                return _with_capture(fn, bound, None, args, kwargs)
+            return fn(bound, *args, **kwargs)
     else:
         def scope_fn(scope: Any, *args: Any, **kwargs: Any) -> Any:
-            return _with_capture(fn, clone(module, scope), keep, args, kwargs)
+            bound = clone(module, scope)
+            adopt_fields(bound)
+            return _with_capture(fn, bound, keep, args, kwargs)
     return scope_fn
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from flaxen import errors
 from flaxen.linen._interception import wrap_descriptor, wrap_method, wrap_setup
+from flaxen.linen._naming import adopt_after_init
 
 _RESERVED = ("parent", "name")
 _MISSING = dataclasses.MISSING
@@ -78,8 +79,11 @@ def _generate_init(cls: type, fields: list[dataclasses.Field]) -> Any:
         params += ["*", *keyword]
     check = ""
     if cls.__post_init__ is not _module_post_init[0]:
-        globs["_post_init_error"] = errors.IncorrectPostInitOverrideError
-        check = "    if '_state' not in _d:\n        raise _post_init_error()\n"
+        # A custom __post_init__ may change fields after super().__post_init__(): adopt
+        # submodule fields only once it has returned. One that never called super() is
+        # reported by init/apply (IncorrectPostInitOverrideError).
+        globs["_adopt"] = adopt_after_init
+        check = "    if '_state' in _d:\n        _adopt(self)\n"
     src = (
         f"def __init__({', '.join(params)}):\n"
         "    _d = self.__dict__\n"
@@ -94,6 +98,18 @@ def _generate_init(cls: type, fields: list[dataclasses.Field]) -> Any:
     return init
 
 
+def _unbound_only_hash(field_hash: Any) -> Any:
+    """The generated field hash, refused for a bound Module (its variables can change)."""
+
+    def __hash__(self) -> int:
+        if self.__dict__.get("scope") is not None:
+            raise TypeError("Can't call __hash__ on modules that hold variables.")
+        return field_hash(self)
+
+    __hash__._flaxen_field_hash = field_hash
+    return __hash__
+
+
 # Set by _module.py once Module exists: (Module.__post_init__,).
 _module_post_init: list[Any] = [None]
 
@@ -101,13 +117,16 @@ _module_post_init: list[Any] = [None]
 def make_dataclass(cls: type, kw_only: bool = False) -> None:
     """Turns ``cls`` into a dataclass with the Module conventions, in place."""
     own_setattr = cls.__dict__.get("__setattr__")
+    own_hash = "__hash__" in cls.__dict__
     dataclasses.dataclass(
         cls,
         eq=True,
         repr=False,
-        unsafe_hash="__hash__" not in cls.__dict__,
+        unsafe_hash=not own_hash,
         kw_only=kw_only,
     )
+    if not own_hash:
+        cls.__hash__ = _unbound_only_hash(cls.__hash__)
     if own_setattr is not None:
         cls.__setattr__ = own_setattr
     # The base Module declares parent and name, so dataclasses lists them first; Flax lists
@@ -122,6 +141,7 @@ def make_dataclass(cls: type, kw_only: bool = False) -> None:
     if not has_initvar:  # InitVars need dataclasses' own __init__ (rare)
         init_fields = [f for f in fields if f._field_type is dataclasses._FIELD]
         cls.__init__ = _generate_init(cls, init_fields)
+    cls._flaxen_custom_post_init = cls.__post_init__ is not _module_post_init[0]
     cls._flaxen_fields = tuple(
         f.name for f in fields
         if f.init and f.name not in _RESERVED and f._field_type is dataclasses._FIELD
@@ -149,6 +169,12 @@ def transform_subclass(cls: type, kw_only: bool, base_names: frozenset) -> None:
             if getattr(value, "nowrap", False) or getattr(value, "_flaxen_wrapped", False):
                 continue
             setattr(cls, attr, wrap_method(value, getattr(value, "compact", False) is True))
+    scoped: dict[str, None] = {}
+    for klass in cls.__mro__:
+        for n, v in klass.__dict__.items():
+            if getattr(v, "compact_name_scope", False) is True:
+                scoped[n] = None
+    cls._compact_name_scope_methods = tuple(scoped)
     setup = cls.setup
     raw = getattr(setup, "_flaxen_raw", setup)
     cls._flaxen_setup = None if raw is _default_setup[0] else raw

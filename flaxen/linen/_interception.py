@@ -13,7 +13,6 @@ global flag and one config flag and takes the slow path only then.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,7 +22,13 @@ import jax
 from flaxen import errors
 from flaxen.configurations import config
 from flaxen.linen._naming import try_setup
-from flaxen.linen._state import SETUP_DONE, context, hooks
+from flaxen.linen._state import (
+    SETUP_DONE,
+    InterceptorContext,
+    context,
+    hooks,
+    run_intercepted,
+)
 
 try:  # JAX internals: are we inside a trace (jit/grad/eval_shape/...)?
     from jax._src import core as _jax_core
@@ -38,21 +43,6 @@ try:  # JAX internals: are we inside a trace (jit/grad/eval_shape/...)?
 except Exception:  # pragma: no cover - future JAX layouts: label every call instead
     def _tracing() -> bool:
         return True
-
-
-@dataclasses.dataclass(frozen=True)
-class InterceptorContext:
-    """What an interceptor is told about the intercepted call.
-
-    Attributes:
-      module: the Module whose method is called.
-      method_name: the method's name, e.g. ``'__call__'``.
-      orig_method: the undecorated method, already bound to ``module``.
-    """
-
-    module: Any
-    method_name: str
-    orig_method: Callable[..., Any]
 
 
 @contextlib.contextmanager
@@ -106,26 +96,25 @@ def _enter_compact(module: Any, st: Any) -> None:
 
 def _call_with_hooks(module: Any, fun: Callable, method_name: str, is_compact: bool,
                      args: tuple, kwargs: dict) -> Any:
+    """The slow path: interceptors, intermediate capture or profiling labels are on."""
     st = module._state
+    if module.scope is None:  # unbound: only interceptors apply
+        if is_compact:
+            raise errors.CallCompactUnboundModuleError()
+        return run_intercepted(module, fun, method_name, args, kwargs)
+    if st.setup_called != SETUP_DONE:
+        try_setup(module)
     enter = is_compact and not st.in_compact
     if enter:
         _enter_compact(module, st)
     stack = context.module_stack
     stack.append(module)
     try:
-        def run(*a: Any, **k: Any) -> Any:
-            return fun(module, *a, **k)
-
-        interceptors = context.interceptors
-        if interceptors:
-            ctx = InterceptorContext(module, method_name, functools.partial(fun, module))
-            for icpt in reversed(interceptors):
-                run = _chain(icpt, run, ctx)
         if config.flax_profile and _tracing():
             with jax.named_scope(_profile_name(module, method_name)):
-                y = run(*args, **kwargs)
+                y = run_intercepted(module, fun, method_name, args, kwargs)
         else:
-            y = run(*args, **kwargs)
+            y = run_intercepted(module, fun, method_name, args, kwargs)
         captures = context.capture_stack
         if captures:
             keep = captures[-1]
@@ -139,18 +128,13 @@ def _call_with_hooks(module: Any, fun: Callable, method_name: str, is_compact: b
             st.compact_done = True
 
 
-def _chain(icpt: Callable, nxt: Callable, ctx: InterceptorContext) -> Callable:
-    def run(*a: Any, **k: Any) -> Any:
-        return icpt(nxt, a, k, ctx)
-
-    return run
-
-
 def wrap_method(fun: Callable[..., Any], is_compact: bool) -> Callable[..., Any]:
     """The wrapper every Module method gets (see the module docstring)."""
     method_name = fun.__name__
 
     def wrapped(self, *args: Any, **kwargs: Any) -> Any:
+        if hooks.active:
+            return _call_with_hooks(self, fun, method_name, is_compact, args, kwargs)
         scope = self.scope
         if scope is None:
             if is_compact:
@@ -159,7 +143,7 @@ def wrap_method(fun: Callable[..., Any], is_compact: bool) -> Callable[..., Any]
         st = self._state
         if st.setup_called != SETUP_DONE:
             try_setup(self)
-        if hooks.active or (config.flax_profile and _tracing()):
+        if config.flax_profile and _tracing():
             return _call_with_hooks(self, fun, method_name, is_compact, args, kwargs)
         stack = context.module_stack
         if is_compact and not st.in_compact:

@@ -9,13 +9,16 @@ wrapping and hooks) and ``_binding`` (clone, bind, init/apply).
 
 from __future__ import annotations
 
+import functools
 import types
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+import jax
 import jax.numpy as jnp
 
 from flaxen import errors, traceback_util
+from flaxen.core.frozen_dict import FrozenDict
 from flaxen.core.scope import Scope, Variable, static_key
 from flaxen.linen import _binding, _dataclass
 from flaxen.linen._naming import bind_new_module, register_submodules, try_setup
@@ -38,7 +41,7 @@ def _sow_append(xs: tuple, x: Any) -> tuple:
 
 def _unbound(what: str) -> ValueError:
     return ValueError(
-        f"Can't {what} on an unbound Module: it has no variables. Run it through "
+        f"Can't {what} on an unbound module: it has no variables. Run it through "
         "module.init(...)/module.apply(...), or bind it with module.bind(variables)."
     )
 
@@ -111,6 +114,10 @@ class Module(ModuleBase):
             try_setup(self)
             if name in d:
                 return d[name]
+        if not name.startswith("__"):
+            for klass in type(self).__mro__:
+                if name in klass.__dict__:  # a class descriptor whose __get__ failed
+                    raise errors.DescriptorAttributeError()
         raise AttributeError(
             f'"{type(self).__name__}" object has no attribute "{name}". If "{name}" is '
             "defined in '.setup()', remember these fields are only accessible from "
@@ -119,6 +126,14 @@ class Module(ModuleBase):
 
     def __repr__(self) -> str:
         return _module_repr(self)
+
+    def __dir__(self) -> list[str]:
+        # Attributes defined in setup() are listed too (setup runs on a bound Module).
+        d = self.__dict__
+        st = d.get("_state")
+        if st is not None and d.get("scope") is not None and st.setup_called != SETUP_DONE:
+            try_setup(self)
+        return list(object.__dir__(self))
 
     # -- setup ----------------------------------------------------------------------
 
@@ -179,6 +194,7 @@ class Module(ModuleBase):
                          **kwargs: Any) -> tuple[Any, Any]:
         """Like :meth:`init` but returns ``(output, variables)``."""
         _binding.check_instance(self)
+        _binding.check_rngs(self, rngs)
         fn = _binding.resolve_method(self, method)
         return _binding.init_with_output(fn, self, mutable, capture_intermediates)(
             rngs, *args, **kwargs)
@@ -202,6 +218,7 @@ class Module(ModuleBase):
         (3,)
         """
         _binding.check_instance(self)
+        _binding.check_rngs(self, rngs)
         fn = _binding.resolve_method(self, method)
         return _binding.init_with_output(fn, self, mutable, capture_intermediates)(
             rngs, *args, **kwargs)[1]
@@ -211,6 +228,7 @@ class Module(ModuleBase):
                   mutable: Any = _INIT_MUTABLE, **kwargs: Any) -> Any:
         """Initializes from input shapes only (``jax.ShapeDtypeStruct`` inputs allowed)."""
         _binding.check_instance(self)
+        _binding.check_rngs(self, rngs)
         fn = _binding.resolve_method(self, method)
         return _binding.lazy_init(fn, self, mutable)(rngs, *args, **kwargs)
 
@@ -225,6 +243,7 @@ class Module(ModuleBase):
         ``fn(module, *args)``.
         """
         _binding.check_instance(self)
+        _binding.check_rngs(self, rngs)
         fn = _binding.resolve_method(self, method)
         return _binding.apply(fn, self, mutable, capture_intermediates)(
             variables, *args, rngs=rngs, **kwargs)
@@ -330,7 +349,7 @@ class Module(ModuleBase):
         """
         scope = self.scope
         if scope is None:
-            raise _unbound("make_rng()")
+            raise _unbound("make RNGs with make_rng()")
         return scope.make_rng(name)
 
     def has_rng(self, name: str) -> bool:
@@ -392,9 +411,17 @@ class Module(ModuleBase):
             except errors.NameInUseError:
                 raise errors.NameInUseError("variable", name, type(self).__name__) from None
             self._state.children[name] = collection
-            scope.put_variable(collection, name, jnp.zeros_like(value))
-        if scope.has_variable(collection, name):
-            value = value + scope.get_variable(collection, name)
+            scope.put_variable(collection, name, jax.tree_util.tree_map(jnp.zeros_like, value))
+        if collection in scope._store.variables:
+            if not scope.has_variable(collection, name):
+                raise ValueError(
+                    f"Perturbation collection {collection!r} present, but missing perturbation "
+                    f"variable {name!r} in {scope.path_text}. Pass the whole collection made "
+                    f"by init (variables[{collection!r}]), or leave it out to disable "
+                    "perturbations."
+                )
+            value = jax.tree_util.tree_map(
+                jnp.add, value, scope.get_variable(collection, name))
         return value
 
     # -- inspection -----------------------------------------------------------------
@@ -487,6 +514,47 @@ def compact(fun: Callable[..., T]) -> Callable[..., T]:
     return fun
 
 
+def compact_name_scope(fun: Callable[..., T]) -> Callable[..., T]:
+    """Runs a method like ``@compact`` code inside its own sub-scope named after it.
+
+    Submodules and variables created in the method live under ``<method name>/`` (with
+    their own auto-name counters), so several such methods can each create ``Dense_0``.
+    Works whether or not the caller is ``@compact``, and as ``apply(..., method=name)``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> import flaxen.linen as nn
+    >>> class Foo(nn.Module):
+    ...     @nn.compact_name_scope
+    ...     def up(self, x):
+    ...         return nn.Dense(2)(x)
+    ...     def __call__(self, x):
+    ...         return self.up(x)
+    >>> params = Foo().init(jax.random.key(0), jnp.ones((1, 2)))['params']
+    >>> list(params['up'])
+    ['Dense_0']
+    """
+    name = fun.__name__
+
+    def scoped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        d = self.__dict__
+        outer = d.get("scope")
+        if outer is None:
+            raise errors.CallCompactUnboundModuleError()
+        st = d["_state"]
+        saved = (st.in_compact, st.compact_done, st.autoname_cursor)
+        d["scope"] = outer.push(name, reuse=True)
+        st.in_compact, st.compact_done, st.autoname_cursor = True, False, None
+        try:
+            return fun(self, *args, **kwargs)
+        finally:
+            d["scope"] = outer
+            st.in_compact, st.compact_done, st.autoname_cursor = saved
+
+    functools.update_wrapper(scoped, fun)
+    scoped.compact_name_scope = True
+    return scoped
+
+
 def nowrap(fun: Callable[..., T]) -> Callable[..., T]:
     """Marks a Module method that must not be wrapped (no setup, no module stack).
 
@@ -526,4 +594,57 @@ def _module_repr(module: Module, indent: str = "") -> str:
     return f"{cls.__name__}(\n" + "\n".join(lines) + f"\n{indent})"
 
 
-__all__ = ["Module", "compact", "merge_param", "nowrap", "share_scope"]
+# --- small helpers kept under Flax's private names (its tests call them) ------------------
+
+
+def _freeze_attr(val: Any) -> Any:
+    """Setup attributes as stored: lists -> tuples, dicts -> FrozenDicts, recursively.
+
+    >>> _freeze_attr([1, [2, 3]])
+    (1, (2, 3))
+    """
+    if isinstance(val, (dict, FrozenDict)):
+        return FrozenDict({k: _freeze_attr(v) for k, v in val.items()})
+    if isinstance(val, tuple) and hasattr(val, "_fields"):  # a namedtuple keeps its type
+        return type(val)(*[_freeze_attr(v) for v in val])
+    if isinstance(val, (list, tuple)):
+        return tuple(_freeze_attr(v) for v in val)
+    return val
+
+
+def _get_local_method_names(cls: type, exclude: Any = ()) -> tuple[str, ...]:
+    """Names of the plain methods ``cls`` itself defines (no static/class methods).
+
+    >>> class A:
+    ...     def f(self): ...
+    ...     @staticmethod
+    ...     def g(): ...
+    >>> _get_local_method_names(A)
+    ('f',)
+    """
+    skip = set(exclude)
+    names = []
+    for name, value in cls.__dict__.items():
+        if name in skip or isinstance(value, (staticmethod, classmethod, type)):
+            continue
+        if callable(value):
+            names.append(name)
+    return tuple(names)
+
+
+def _get_suffix_value_pairs(tree: Any) -> list[tuple[str, Any]]:
+    """``(suffix, leaf)`` pairs naming the leaves of nested lists/tuples/dicts.
+
+    >>> _get_suffix_value_pairs({'a': 1, 'b': [2, 3]})
+    [('_a', 1), ('_b_0', 2), ('_b_1', 3)]
+    """
+    if isinstance(tree, (list, tuple)) and tree:
+        items = [(f"_{i}", v) for i, v in enumerate(tree)]
+    elif isinstance(tree, Mapping) and tree:
+        items = [(f"_{k}", v) for k, v in tree.items()]
+    else:
+        return [("", tree)]
+    return [(key + sub, leaf) for key, v in items for sub, leaf in _get_suffix_value_pairs(v)]
+
+
+__all__ = ["Module", "compact", "compact_name_scope", "merge_param", "nowrap", "share_scope"]

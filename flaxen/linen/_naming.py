@@ -32,11 +32,17 @@ from flaxen.linen._state import (
     ModuleState,
     _unspecified_parent,
     context,
+    hooks,
+    run_intercepted,
 )
 
 
-def attach(parent: Any, module: Any, name: str) -> None:
-    """Binds ``module`` to the child scope ``name`` of the bound Module ``parent``."""
+def attach(parent: Any, module: Any, name: str, adopt: bool = True) -> None:
+    """Binds ``module`` to the child scope ``name`` of the bound Module ``parent``.
+
+    Submodules passed to ``module`` as fields are adopted right away (``adopt``), so
+    ``parent.child.field_module`` is bound without calling a method of ``child`` first.
+    """
     try:
         scope = parent.scope.push(name)
     except errors.NameInUseError:
@@ -48,6 +54,22 @@ def attach(parent: Any, module: Any, name: str) -> None:
         ) from None
     module.__dict__["scope"] = scope
     parent._state.children[name] = module
+    if adopt:
+        adopt_fields(module)
+
+
+def adopt_fields(module: Any) -> None:
+    """Adopts the submodules passed to a bound ``module`` as fields (a shallow setup)."""
+    d = module.__dict__
+    st = d["_state"]
+    if st.setup_called != SETUP_NONE or d.get("scope") is None:
+        return
+    for fname in type(module)._flaxen_fields:
+        v = d.get(fname)
+        if type(v) in _CONTAINERS or isinstance(v, ModuleBase):
+            try_setup(module, shallow=True)
+            return
+    st.setup_called = SETUP_FIELDS
 
 
 def bind_new_module(module: Any) -> None:
@@ -67,11 +89,12 @@ def bind_new_module(module: Any) -> None:
     if isinstance(parent, ModuleBase):
         pst = parent._state
         name = d["name"]
+        adopt = not type(module)._flaxen_custom_post_init  # else after __post_init__
         if pst.in_setup:
             if name is None:
                 d["scope"] = None  # named (and bound) when assigned to an attribute
             else:
-                attach(parent, module, name)
+                attach(parent, module, name, adopt)
         elif pst.in_compact:
             if name is None:
                 cursor = pst.autoname_cursor
@@ -81,7 +104,7 @@ def bind_new_module(module: Any) -> None:
                 k = cursor.get(prefix, 0)
                 cursor[prefix] = k + 1
                 name = d["name"] = f"{prefix}_{k}"
-            attach(parent, module, name)
+            attach(parent, module, name, adopt)
         else:
             raise errors.AssignSubModuleError(type(module).__name__)
     elif isinstance(parent, Scope):
@@ -92,6 +115,12 @@ def bind_new_module(module: Any) -> None:
             f"got {parent!r} of type {type(parent).__name__}. Leave parent= unset to "
             "attach it to the Module whose method is running."
         )
+
+
+def adopt_after_init(module: Any) -> None:
+    """``adopt_fields`` for a class with its own ``__post_init__``, once that has run."""
+    if isinstance(module.__dict__.get("parent"), ModuleBase):
+        adopt_fields(module)
 
 
 def _root_state(module: Any) -> ModuleState:
@@ -185,7 +214,10 @@ def try_setup(module: Any, shallow: bool = False) -> None:
         if not shallow and st.setup_called != SETUP_DONE:
             raw = cls._flaxen_setup
             if raw is not None:
-                raw(module)
+                if hooks.active:
+                    run_intercepted(module, raw, "setup", (), {})
+                else:
+                    raw(module)
             st.setup_called = SETUP_DONE
     finally:
         st.in_setup = False

@@ -16,7 +16,11 @@ optional per-call work (interceptors, intermediate capture, profiling scopes) is
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import functools
 import threading
+from collections.abc import Callable
 from typing import Any
 
 
@@ -43,10 +47,22 @@ def _get_unspecified_parent() -> _Sentinel:
     return _unspecified_parent
 
 
-# Setup progress of a Module instance.
-SETUP_NONE = 0  # nothing done yet
-SETUP_FIELDS = 1  # submodules passed as fields adopted, setup() not run
-SETUP_DONE = 2  # setup() has run (or the Module has none)
+class SetupState(enum.IntEnum):
+    """Setup progress of a Module instance (``module._state.setup_called``).
+
+    >>> SetupState.NEW < SetupState.TRANSFORMED < SetupState.DONE
+    True
+    """
+
+    NEW = 0  # nothing done yet
+    TRANSFORMED = 1  # submodules passed as fields adopted, setup() not run
+    DONE = 2  # setup() has run (or the Module has none)
+
+
+# Plain ints (compare equal to the SetupState members): the hot path compares these.
+SETUP_NONE = 0
+SETUP_FIELDS = 1
+SETUP_DONE = 2
 
 
 class ModuleState:
@@ -112,6 +128,47 @@ class _Hooks:
 
 
 hooks = _Hooks()
+
+
+@dataclasses.dataclass(frozen=True)
+class InterceptorContext:
+    """What an interceptor is told about the intercepted call.
+
+    Attributes:
+      module: the Module whose method is called.
+      method_name: the method's name, e.g. ``'__call__'``.
+      orig_method: the undecorated method, already bound to ``module``.
+    """
+
+    module: Any
+    method_name: str
+    orig_method: Callable[..., Any]
+
+
+def run_intercepted(module: Any, fun: Callable[..., Any], method_name: str, args: tuple,
+                    kwargs: dict) -> Any:
+    """Calls ``fun(module, *args, **kwargs)`` through this thread's interceptors.
+
+    The interceptor installed last sits closest to the method (runs its ``next_fun`` first).
+    """
+    interceptors = context.interceptors
+    if not interceptors:
+        return fun(module, *args, **kwargs)
+    ctx = InterceptorContext(module, method_name, functools.partial(fun, module))
+
+    def run(*a: Any, **k: Any) -> Any:
+        return fun(module, *a, **k)
+
+    for icpt in reversed(interceptors):
+        run = _chain(icpt, run, ctx)
+    return run(*args, **kwargs)
+
+
+def _chain(icpt: Callable, nxt: Callable, ctx: InterceptorContext) -> Callable:
+    def run(*a: Any, **k: Any) -> Any:
+        return icpt(nxt, a, k, ctx)
+
+    return run
 
 
 class ModuleBase:

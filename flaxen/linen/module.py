@@ -19,17 +19,29 @@ from flaxen.linen._interception import (
     named_call,
     override_named_call,
 )
-from flaxen.linen._module import Module, compact, merge_param, nowrap, share_scope
-from flaxen.linen._state import _Sentinel, _unspecified_parent
+from flaxen.linen._module import (
+    Module,
+    _freeze_attr,  # noqa: F401 - private helpers kept under Flax's names
+    _get_local_method_names,  # noqa: F401
+    _get_suffix_value_pairs,  # noqa: F401
+    compact,
+    compact_name_scope,
+    merge_param,
+    nowrap,
+    share_scope,
+)
+from flaxen.linen._state import SetupState, _Sentinel, _unspecified_parent
 
 __all__ = [
     "InterceptorContext",
     "Module",
+    "SetupState",
     "Variable",
     "_Sentinel",
     "_unspecified_parent",
     "apply",
     "compact",
+    "compact_name_scope",
     "disable_named_call",
     "enable_named_call",
     "init",

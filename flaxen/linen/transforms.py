@@ -54,6 +54,7 @@ from flaxen.linen._transform_wrap import (
     lift_direct_transform,
     lift_transform,
     module_class_lift_transform,
+    module_fingerprint,
     set_module_scopes,
 )
 
@@ -73,6 +74,35 @@ __all__ = [
 
 def _identity(x: Any) -> Any:
     return x
+
+
+class _HashableProxy:
+    """A hashable stand-in for a Module's configuration (class, fields, name).
+
+    Two proxies are equal when their Modules would trace the same way, so a proxy can be a
+    static argument of ``jax.jit`` without re-tracing for an equal Module.
+
+    >>> import flaxen.linen as nn
+    >>> _HashableProxy.from_module(nn.Dense(3)) == _HashableProxy.from_module(nn.Dense(3))
+    True
+    """
+
+    __slots__ = ("module", "key", "_hash")
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+        self.key = module_fingerprint(module)
+        self._hash = hash(self.key)
+
+    @classmethod
+    def from_module(cls, module: Any) -> _HashableProxy:
+        return cls(module)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _HashableProxy) and self.key == other.key
 
 
 # --- mapping transforms --------------------------------------------------------------------

@@ -40,8 +40,9 @@ def test_incorrect_post_init_override_error():
         def __post_init__(self):
             pass
 
+    bad = Bad()  # constructing is fine (as in Flax); running it is not
     with pytest.raises(errors.IncorrectPostInitOverrideError):
-        Bad()
+        bad.init(jax.random.key(0))
 
     class Good(nn.Module):
         a: int = 1
