@@ -4,7 +4,8 @@ A checkpoint for ``step`` lives at ``{ckpt_dir}/{prefix}{step}``: a msgpack file
 Orbax directory. A save first writes ``{prefix}tmp`` and renames it, so that name is never a
 checkpoint; neither are ``*_gda`` multiprocess-array folders nor Orbax's in-progress
 ``*.orbax-checkpoint-tmp-*`` folders. These rules match Flax's, so flaxen and Flax see the same
-checkpoints in a shared directory.
+checkpoints in a shared directory. Local directories are made absolute before use (Orbax
+refuses relative paths).
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ ORBAX_MANIFEST_OCDBT = "manifest.ocdbt"
 # Old checkpoint folders are renamed to this (Flax and flaxen both skip ORBAX_TMP_MARKER names)
 # before they are deleted, so a deletion cut short never leaves a half-deleted checkpoint.
 _TRASH_SUFFIX = ORBAX_TMP_MARKER + "-flaxen-removing"
+# An Orbax checkpoint re-saved with overwrite=True is written under `{path}{STAGING_SUFFIX}` and
+# swapped in when complete; a writer killed before the swap leaves it (and Orbax's own temporary
+# folder inside that name) behind, up to a full checkpoint in size: the next clean-up sweeps it.
+STAGING_SUFFIX = ORBAX_TMP_MARKER + "-flaxen-new"
 _STEP_RE = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -55,6 +60,20 @@ def safe_normpath(path: str | os.PathLike) -> str:
     match = re.match(r"^(?P<scheme>[a-z][a-z0-9.+-]+://)?(?P<path>.*)", path)
     scheme = match.group("scheme") or ""
     return scheme + os.path.normpath(match.group("path"))
+
+
+def absolute_path(path: str | os.PathLike) -> str:
+    """:func:`safe_normpath`, made absolute unless it is a URL (``gs://...``).
+
+    >>> absolute_path('ckpts/../tmp') == os.path.join(os.getcwd(), 'tmp')
+    True
+    >>> absolute_path('gs://bucket/ckpts/')
+    'gs://bucket/ckpts'
+    """
+    path = safe_normpath(path)
+    if re.match(r"^[a-z][a-z0-9.+-]+://", path):
+        return path
+    return os.path.abspath(path)
 
 
 def checkpoint_path(ckpt_dir: str, step: int | float | str, prefix: str) -> str:
@@ -125,16 +144,26 @@ def remove_path(path: str) -> None:
         os.remove(path)
 
 
-def _sweep_trash(ckpt_dir: str, prefix: str) -> None:
-    """Deletes folders left by a clean-up that was killed half way (see ``remove_path``)."""
+def _sweep_leftovers(ckpt_dir: str, prefix: str) -> None:
+    """Deletes what killed writers left: a clean-up cut short (see ``remove_path``), the staging
+    folder of an Orbax overwrite (see ``STAGING_SUFFIX``) and Orbax's own temporary folders.
+
+    Called once the new checkpoint is complete: saves run one at a time, so no other save of
+    this directory and prefix is in progress, and every ``*.orbax-checkpoint-tmp*`` name left
+    is the remains of a killed one.
+    """
     try:
         names = os.listdir(ckpt_dir)
     except OSError:
         return
     for name in names:
-        if name.startswith(prefix) and name.endswith(_TRASH_SUFFIX):
-            logger.info("Removing leftover of an interrupted clean-up: %s", name)
-            shutil.rmtree(os.path.join(ckpt_dir, name), ignore_errors=True)
+        if name.startswith(prefix) and ORBAX_TMP_MARKER in name:
+            logger.info("Removing leftover of an interrupted save or clean-up: %s", name)
+            path = os.path.join(ckpt_dir, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.remove(path)
 
 
 def remove_stale(
@@ -151,7 +180,7 @@ def remove_stale(
     survives. ``keep <= 0`` keeps everything (as Flax does), and the checkpoint just written is
     never removed, so the directory always keeps its latest good checkpoint.
     """
-    _sweep_trash(ckpt_dir, prefix)
+    _sweep_leftovers(ckpt_dir, prefix)
     files = list_checkpoints(ckpt_dir, prefix)
     if overwrite and ckpt_path in files:
         cut = files.index(ckpt_path) + 1

@@ -41,7 +41,6 @@ from flaxen.training._ckpt_paths import (
     ORBAX_CKPT_FILENAME,
     ORBAX_MANIFEST_OCDBT,
     ORBAX_METADATA_FILENAME,
-    ORBAX_TMP_MARKER,
     SIGNED_FLOAT_RE,
     UNSIGNED_FLOAT_RE,
     check_overwrite,
@@ -130,7 +129,7 @@ def _use_orbax(orbax_checkpointer: Any) -> bool:
     return True
 
 
-_STAGING_SUFFIX = ORBAX_TMP_MARKER + "-flaxen-new"
+_STAGING_SUFFIX = _ckpt_paths.STAGING_SUFFIX
 
 
 def _wait_orbax(checkpointer: Any) -> None:
@@ -195,7 +194,7 @@ def _save(
     orbax_checkpointer: Any,
     writer: bool,
 ) -> str:
-    ckpt_dir = safe_normpath(ckpt_dir)
+    ckpt_dir = _ckpt_paths.absolute_path(ckpt_dir)
     if async_manager is not None:
         async_manager.wait_previous_save()
     ckpt_path = checkpoint_path(ckpt_dir, step, prefix)
@@ -495,7 +494,7 @@ def restore_checkpoint(
     structure differs from ``target`` raise ``ValueError`` naming the file.
     """
     del gda_manager, allow_partial_mpa_restoration  # no multiprocess arrays in legacy files
-    ckpt_dir = safe_normpath(ckpt_dir)
+    ckpt_dir = _ckpt_paths.absolute_path(ckpt_dir)
     if step is not None:
         ckpt_path = checkpoint_path(ckpt_dir, step, prefix)
         if not os.path.exists(ckpt_path):

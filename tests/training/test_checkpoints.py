@@ -467,6 +467,10 @@ _WRITER = textwrap.dedent("""
                 stop_here()
             return real_rename(src, dst, *a, **k)
         os.rename = rename
+    elif point == 'orbax_overwrite_staged':
+        # The overwrite's staging folder is complete; the swap into place has not happened.
+        step, kwargs = 1, {'overwrite': True}
+        _ckpt_io.commit = lambda tmp, final: stop_here()
     elif point == 'orbax_cleanup':
         # The new checkpoint is committed; `keep` is deleting the old one, file by file.
         def rmtree(path, *a, **k):
@@ -506,11 +510,15 @@ def _assert_every_listed_checkpoint_restores(d):
 
 
 @pytest.mark.parametrize("point", ["legacy_write", "async_write", "orbax_write",
-                                   "orbax_overwrite"])
+                                   "orbax_overwrite", "orbax_overwrite_staged"])
 def test_killed_writer_leaves_previous_checkpoint(tmp_path, point):
     if point.startswith("orbax"):
         _need_orbax()
     _run_writer_until(tmp_path, point)
+    leftovers = [n for n in os.listdir(tmp_path) if n != "checkpoint_1"]
+    if point.startswith("orbax_overwrite"):
+        # The staging folder of the overwrite (or Orbax's temporary folder inside its name).
+        assert leftovers and all(".orbax-checkpoint-tmp" in n for n in leftovers)
     assert not (tmp_path / "checkpoint_2").exists()
     assert checkpoints.latest_checkpoint(tmp_path) == str(tmp_path / "checkpoint_1")
     assert checkpoints.available_steps(tmp_path) == [1]
@@ -521,6 +529,19 @@ def test_killed_writer_leaves_previous_checkpoint(tmp_path, point):
         checkpoints.save_checkpoint(tmp_path, {"x": np.ones(1)}, 2)
     assert checkpoints.available_steps(tmp_path) == [2]
     assert checkpoints.restore_checkpoint(tmp_path, None)["x"].tolist() == [1]
+    assert names(tmp_path) == ["checkpoint_2"]  # whatever the killed writer left is swept
+
+
+def test_relative_checkpoint_dirs_are_made_absolute(tmp_path, fmt, monkeypatch):
+    # The spec's guide saves to ckpt_dir='tmp'; Orbax itself refuses relative paths.
+    monkeypatch.chdir(tmp_path)
+    path = checkpoints.save_checkpoint_multiprocess("tmp", {"w": np.ones(2)}, step=1)
+    assert path == str(tmp_path / "tmp" / "checkpoint_1")
+    checkpoints.save_checkpoint("./tmp/", {"w": np.zeros(2)}, step=1, overwrite=True)
+    assert checkpoints.restore_checkpoint("tmp", {"w": np.ones(2)})["w"].tolist() == [0, 0]
+    assert checkpoints.restore_checkpoint("tmp", None, step=1)["w"].tolist() == [0, 0]
+    assert checkpoints.restore_checkpoint("tmp/checkpoint_1", None)["w"].tolist() == [0, 0]
+    assert names(tmp_path / "tmp") == ["checkpoint_1"]
 
 
 def test_killed_during_keep_cleanup_leaves_no_half_deleted_checkpoint(tmp_path):
