@@ -380,7 +380,6 @@ def jvp(
 ) -> tuple[Any, Any]:
     """``jax.jvp`` of ``fn(scope, *primals)``; collections named in ``variable_tangents``
     get those tangents, the others are constant. Returns ``(y, y_tangent)``."""
-    n = _scope_count(scope)
     tangent_cols = tuple(variable_tangents.keys())
 
     def inner(scope_fn, repack_fn, variable_groups, rng_groups, primals, tangents):
@@ -391,8 +390,10 @@ def jvp(
             y = fn(inner_scope, *primals)
             return y, repack_fn(inner_scope)
 
-        var_tangents = _unsqueeze_scopes(dict(variable_tangents), n) if n == 1 else (
-            tuple(variable_tangents for _ in range(n)))
+        # One tangent tree per scope, holding only the collections that scope has (at init
+        # a collection may be absent though its tangent is given, as an empty dict).
+        var_tangents = tuple({col: variable_tangents[col] for col in d if col in
+                              variable_tangents} for d in diff_vars)
         (y, out_vars), (y_t, _) = jax.jvp(wrapper, (diff_vars, *primals),
                                           (var_tangents, *tangents))
         return (y, y_t), out_vars
@@ -438,7 +439,9 @@ def custom_vjp(
                 var_ct, *arg_cts = backward_fn(*nondiff, res, y_ct)
                 return (var_ct, *arg_cts)
 
-            f_custom = jax.custom_vjp(f, nondiff_argnums=tuple(i + 1 for i in nondiff_argnums))
+            # ``nondiff_argnums`` count ``fn(scope, *args)``'s arguments; the grad variables sit
+            # where the scope was, so the indices carry over unchanged.
+            f_custom = jax.custom_vjp(f, nondiff_argnums=nondiff_argnums)
             f_custom.defvjp(f_fwd, f_bwd)
             return f_custom(_squeeze_scopes(grad_vars_g), *args)
 

@@ -164,7 +164,7 @@ def pack(
                 mutable = intersect_filters(mutable, _union_all(out_variable_filters))
                 inner = Scope(_copy_mutable(variables, mutable), rngs=rngs, name=root.name,
                               mutable=mutable, parent=None, path=root.path,
-                              debug_path=root.debug_path + ((name,) if name else ()),
+                              debug_path=_lifted_debug_path(root.debug_path, name),
                               flags=root.flags)
                 # Counters are shared with the outer scope, as in Flax: keys drawn inside
                 # continue the outer sequence.
@@ -217,6 +217,13 @@ def pack(
         return y
 
     return wrapper
+
+
+def _lifted_debug_path(debug_path: tuple, name: str | None) -> tuple:
+    """``debug_path`` with its last name wrapped in the transform's: ``('a', 'vmap(b)')``."""
+    if not name or not debug_path:
+        return debug_path
+    return (*debug_path[:-1], f"{name}({debug_path[-1]})")
 
 
 def _union_all(filters: Sequence[CollectionFilter]) -> CollectionFilter:

@@ -1,0 +1,80 @@
+"""``dataclass``/``field`` with keyword-only fields that stay keyword-only in subclasses.
+
+Python's own ``dataclasses`` already moves keyword-only fields (``field(kw_only=True)`` or
+those after a ``KW_ONLY`` marker) to the end of ``__init__``. What it does not do is keep a
+field keyword-only when a subclass re-declares it with a plain default: the redeclared
+field becomes positional again, which usually breaks ("non-default argument follows default
+argument"). The :func:`dataclass` here carries the keyword-only flag of an inherited field
+over to the subclass's redeclaration, as ``flax.linen.kw_only_dataclasses`` does.
+
+>>> from flaxen.linen import kw_only_dataclasses as kwd
+>>> @kwd.dataclass
+... class Base:
+...     x: int = kwd.field(default=1, kw_only=True)
+>>> @kwd.dataclass
+... class Child(Base):
+...     size: float
+...     x: int = 2
+>>> Child(4.0)
+Child(x=2, size=4.0)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+__all__ = ["KW_ONLY", "dataclass", "field"]
+
+KW_ONLY = dataclasses.KW_ONLY
+field = dataclasses.field
+
+
+def _inherited_kw_only(cls: type) -> set[str]:
+    """Names of fields a dataclass base of ``cls`` declares keyword-only."""
+    names: set[str] = set()
+    for base in reversed(cls.__mro__[1:]):
+        for f in getattr(base, "__dataclass_fields__", {}).values():
+            if f._field_type is dataclasses._FIELD:
+                if f.kw_only is True:
+                    names.add(f.name)
+                else:
+                    names.discard(f.name)
+    return names
+
+
+def _keep_kw_only(cls: type) -> None:
+    """Marks ``cls``'s own redeclarations of inherited keyword-only fields keyword-only."""
+    own = cls.__dict__.get("__annotations__", {})
+    for name in _inherited_kw_only(cls) & set(own):
+        value = cls.__dict__.get(name, dataclasses.MISSING)
+        if isinstance(value, dataclasses.Field):
+            if value.kw_only is dataclasses.MISSING:
+                value.kw_only = True
+        elif value is dataclasses.MISSING:
+            setattr(cls, name, dataclasses.field(kw_only=True))
+        else:
+            setattr(cls, name, dataclasses.field(default=value, kw_only=True))
+
+
+def dataclass(cls: type | None = None, /, **kwargs: Any) -> Any:
+    """``dataclasses.dataclass`` that keeps inherited keyword-only fields keyword-only.
+
+    Takes the same keyword arguments as ``dataclasses.dataclass`` and can be used with or
+    without them (``@dataclass`` or ``@dataclass(frozen=True)``).
+
+    >>> import inspect
+    >>> @dataclass
+    ... class A:
+    ...     a: int = 1
+    ...     b: int = field(default=2, kw_only=True)
+    ...     c: int = 3
+    >>> list(inspect.signature(A.__init__).parameters)
+    ['self', 'a', 'c', 'b']
+    """
+
+    def wrap(klass: type) -> type:
+        _keep_kw_only(klass)
+        return dataclasses.dataclass(klass, **kwargs)
+
+    return wrap if cls is None else wrap(cls)
