@@ -20,7 +20,7 @@ from __future__ import annotations
 import typing as tp
 
 from flaxen.errors import TraceContextError
-from flaxen.nnx import _trace
+from flaxen.nnx import _trace, _treescope
 
 _current_trace = _trace.current_trace
 _EPOCH = _trace._EPOCH
@@ -43,6 +43,7 @@ class GraphNode:
     """Base class of objects that NNX walks as graph nodes (see the module docstring)."""
 
     __slots__ = ("_nnx_trace", "__dict__", "__weakref__")
+    __treescope_repr__ = _treescope.graph_node_repr
 
     def __new__(cls, *args: tp.Any, **kwargs: tp.Any) -> GraphNode:
         obj = object.__new__(cls)

@@ -24,7 +24,7 @@ from collections.abc import Mapping, MutableMapping
 
 import jax
 
-from flaxen.nnx import filterlib
+from flaxen.nnx import _treescope, filterlib
 
 Key = tp.Hashable
 Path = tuple[Key, ...]
@@ -42,6 +42,7 @@ class State(MutableMapping):
     """A nested mapping from attribute names to sub-States and VariableStates."""
 
     __slots__ = ("_mapping",)
+    __treescope_repr__ = _treescope.state_repr
 
     def __init__(self, mapping: Mapping[Key, tp.Any] | tp.Iterable[tuple[Key, tp.Any]] = (),
                  /) -> None:

@@ -25,7 +25,7 @@ import typing as tp
 import jax
 
 from flaxen.errors import TraceContextError
-from flaxen.nnx import _trace
+from flaxen.nnx import _trace, _treescope
 
 A = tp.TypeVar("A")
 
@@ -111,6 +111,7 @@ class Variable(tp.Generic[A]):
     """
 
     __slots__ = ("raw_value", "_trace_state", "_var_metadata")
+    __treescope_repr__ = _treescope.variable_repr
 
     def __init__(
         self,
@@ -340,6 +341,7 @@ class VariableState(tp.Generic[A]):
     """
 
     __slots__ = ("type", "value", "_var_metadata")
+    __treescope_repr__ = _treescope.variable_state_repr
     _stands_for_type = True  # filters match it by `.type` (see filterlib)
 
     def __init__(self, type: type[Variable], value: A, **metadata: tp.Any) -> None:  # noqa: A002
