@@ -8,6 +8,10 @@ either the old set of checkpoints or the new one, never a half-written ``checkpo
 
 Reading fills one buffer with parallel positional reads and decodes it with the shared
 Flax-compatible decoder; arrays come back as numpy arrays.
+
+Paths that the local file system cannot serve (``gs://...``, or every path while
+``flaxen.io`` is in TF mode) go through :mod:`flaxen.io` instead: the same bytes, written with
+``io.GFile`` and committed with ``io.rename`` (as Flax does; object stores have no fsync).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from flaxen import _msgpack_ext, serialization
+from flaxen import _msgpack_ext, io, serialization
 
 _READ_CHUNK = 64 << 20
 _MAX_READERS = 8
@@ -59,8 +63,18 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def is_remote(path: str) -> bool:
+    """Whether ``path`` is handled by ``flaxen.io``'s TF backend rather than ``os``."""
+    return io._use_tf(path)
+
+
 def write_file(tmp_path: str, parts: list[Any]) -> None:
     """Writes ``parts`` to ``tmp_path`` (truncating it) and fsyncs the file."""
+    if is_remote(tmp_path):
+        with io.GFile(tmp_path, "wb") as f:
+            for part in parts:
+                f.write(bytes(_msgpack_ext.as_buffer(part)))
+        return
     try:
         fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     except PermissionError as e:
@@ -110,6 +124,9 @@ def commit(tmp_path: str, final_path: str) -> None:
     """
     from flaxen.training._ckpt_paths import remove_path
 
+    if is_remote(final_path):
+        io.rename(tmp_path, final_path, overwrite=True)
+        return
     if os.path.isdir(final_path) or (os.path.isdir(tmp_path) and os.path.lexists(final_path)):
         if _exchange(tmp_path, final_path):
             remove_path(tmp_path)
@@ -123,6 +140,9 @@ def commit(tmp_path: str, final_path: str) -> None:
 
 def read_file(path: str, parallel: bool = True) -> memoryview:
     """The whole file as a read-only buffer, read by several threads when ``parallel``."""
+    if is_remote(path):
+        with io.GFile(path, "rb") as f:
+            return memoryview(f.read()).toreadonly()
     size = os.path.getsize(path)
     buf = np.empty(size, np.uint8)  # uninitialised: the reads overwrite every byte
     view = memoryview(buf)

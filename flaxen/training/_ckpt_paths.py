@@ -16,6 +16,8 @@ import re
 import shutil
 from collections.abc import Iterable
 
+from flaxen import io
+
 logger = logging.getLogger("flaxen.training.checkpoints")
 
 SIGNED_FLOAT_RE = re.compile(r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)")
@@ -109,12 +111,25 @@ def _is_candidate(name: str, prefix: str) -> bool:
     )
 
 
-def list_checkpoints(ckpt_dir: str, prefix: str) -> list[str]:
-    """Full paths of the finished checkpoints in ``ckpt_dir``, oldest first."""
+def list_names(ckpt_dir: str) -> list[str]:
+    """The entry names in ``ckpt_dir``; none when it is missing or not a directory.
+
+    Remote paths (``gs://``, or any path in ``flaxen.io``'s TF mode) are listed through
+    ``flaxen.io``; object stores mark folders with a trailing ``/``, which is dropped.
+    """
+    if io._use_tf(ckpt_dir):
+        if not io.isdir(ckpt_dir):
+            return []
+        return [name.rstrip("/") for name in io.listdir(ckpt_dir)]
     try:
-        names = os.listdir(ckpt_dir)
+        return os.listdir(ckpt_dir)
     except (FileNotFoundError, NotADirectoryError):
         return []
+
+
+def list_checkpoints(ckpt_dir: str, prefix: str) -> list[str]:
+    """Full paths of the finished checkpoints in ``ckpt_dir``, oldest first."""
+    names = list_names(ckpt_dir)
     return natural_sort(os.path.join(ckpt_dir, n) for n in names if _is_candidate(n, prefix))
 
 
@@ -132,8 +147,15 @@ def remove_path(path: str) -> None:
 
     A folder is first renamed to a name no reader lists, then deleted: a process killed during
     the deletion leaves that ignored name behind (swept by the next clean-up), never a
-    ``checkpoint_<step>`` folder with half of its files.
+    ``checkpoint_<step>`` folder with half of its files. (Remote paths are deleted through
+    ``flaxen.io``, whose stores have no atomic folder rename.)
     """
+    if io._use_tf(path):
+        if io.isdir(path):
+            io.rmtree(path)
+        else:
+            io.remove(path)
+        return
     if os.path.isdir(path) and not os.path.islink(path):
         trash = path + _TRASH_SUFFIX
         if os.path.lexists(trash):
@@ -153,14 +175,16 @@ def _sweep_leftovers(ckpt_dir: str, prefix: str) -> None:
     is the remains of a killed one.
     """
     try:
-        names = os.listdir(ckpt_dir)
+        names = list_names(ckpt_dir)
     except OSError:
         return
     for name in names:
         if name.startswith(prefix) and ORBAX_TMP_MARKER in name:
             logger.info("Removing leftover of an interrupted save or clean-up: %s", name)
             path = os.path.join(ckpt_dir, name)
-            if os.path.isdir(path) and not os.path.islink(path):
+            if io._use_tf(path):
+                remove_path(path)
+            elif os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 os.remove(path)
@@ -208,9 +232,9 @@ def remove_stale(
 
 
 def is_orbax_checkpoint(path: str) -> bool:
-    if not os.path.isdir(path):
+    if not io.isdir(path):
         return False
     return any(
-        os.path.exists(os.path.join(path, name))
+        io.exists(os.path.join(path, name))
         for name in (ORBAX_CKPT_FILENAME, ORBAX_METADATA_FILENAME, ORBAX_MANIFEST_OCDBT)
     )

@@ -33,7 +33,7 @@ from typing import Any
 
 import jax
 
-from flaxen import errors, serialization
+from flaxen import errors, io, serialization
 from flaxen.training import _ckpt_io, _ckpt_paths
 from flaxen.training._ckpt_paths import (
     MODULE_NUM_RE,
@@ -143,7 +143,14 @@ def _default_orbax_checkpointer():
     return ocp.Checkpointer(ocp.PyTreeCheckpointHandler())
 
 
+def _exists(path: str) -> bool:
+    return io.exists(path) if _ckpt_io.is_remote(path) else os.path.lexists(path)
+
+
 def _prepare_dir(ckpt_dir: str) -> None:
+    if _ckpt_io.is_remote(ckpt_dir):
+        io.makedirs(ckpt_dir)  # object stores: nothing to check before the first write
+        return
     fix = "Pass a directory path (it is created when missing)."
     if os.path.exists(ckpt_dir) and not os.path.isdir(ckpt_dir):
         raise NotADirectoryError(
@@ -211,7 +218,7 @@ def _save(
                 "({'value': x}), pass an Orbax checkpointer built with ArrayCheckpointHandler, "
                 "or turn off config.flax_use_orbax_checkpointing."
             )
-        if not overwrite and os.path.lexists(ckpt_path):
+        if not overwrite and _exists(ckpt_path):
             # Orbax refuses an existing destination with a ValueError; older steps are allowed,
             # as in Flax's Orbax mode.
             raise ValueError(
@@ -220,9 +227,10 @@ def _save(
             )
         checkpointer = orbax_checkpointer or _default_orbax_checkpointer()
         _wait_orbax(checkpointer)
-        if overwrite and os.path.lexists(ckpt_path):
+        if overwrite and not _ckpt_io.is_remote(ckpt_path) and os.path.lexists(ckpt_path):
             # Orbax's `force=True` deletes the old folder before writing the new one: a crash
-            # in between would lose that step. Write next to it, then swap atomically.
+            # in between would lose that step. Write next to it, then swap atomically (local
+            # disks only: object stores have no atomic folder swap).
             staging = ckpt_path + _STAGING_SUFFIX
             if os.path.lexists(staging):
                 _ckpt_paths.remove_path(staging)
@@ -497,8 +505,8 @@ def restore_checkpoint(
     ckpt_dir = _ckpt_paths.absolute_path(ckpt_dir)
     if step is not None:
         ckpt_path = checkpoint_path(ckpt_dir, step, prefix)
-        if not os.path.exists(ckpt_path):
-            if os.path.isfile(ckpt_dir):
+        if not io.exists(ckpt_path):
+            if io.exists(ckpt_dir) and not io.isdir(ckpt_dir):
                 reason = f'"{ckpt_dir}" is a file; pass its directory when giving a step'
             else:
                 reason = _steps_hint(ckpt_dir, prefix)
@@ -507,10 +515,10 @@ def restore_checkpoint(
                 "step, or step=None for the latest."
             )
     else:
-        if not os.path.exists(ckpt_dir):
+        if not io.exists(ckpt_dir):
             logger.info("Found no checkpoint directory at %s", ckpt_dir)
             return target
-        if os.path.isdir(ckpt_dir) and not is_orbax_checkpoint(ckpt_dir):
+        if io.isdir(ckpt_dir) and not is_orbax_checkpoint(ckpt_dir):
             ckpt_path = latest_checkpoint(ckpt_dir, prefix)
             if ckpt_path is None:
                 logger.info("Found no checkpoint files in %s with prefix %s", ckpt_dir, prefix)
@@ -521,7 +529,7 @@ def restore_checkpoint(
     if is_orbax_checkpoint(ckpt_path):
         logger.info("Restoring Orbax checkpoint from %s", ckpt_path)
         return _restore_orbax(ckpt_path, target, orbax_checkpointer, orbax_transforms, prefix)
-    if os.path.isdir(ckpt_path):
+    if io.isdir(ckpt_path):
         raise ValueError(
             f'Checkpoint "{ckpt_path}" is a directory but not an Orbax checkpoint (it has no '
             f"{ORBAX_METADATA_FILENAME} / {ORBAX_CKPT_FILENAME} file): its save was probably "
