@@ -28,6 +28,7 @@ from flaxen.linen._transform_wrap import (
     _scopes_list,
     base_instance,
     check_return_value,
+    clone_onto,
     collect_scopes,
     export_state,
     is_module_class,
@@ -98,8 +99,7 @@ def _lifted(fn: Callable[..., Any], name: str, core_kw: dict) -> Callable[..., A
 
     def core_fn(scopes: Any, module: _JitModule, *args: Any, **kwargs: Any) -> Any:
         scopes = _scopes_list(scopes)
-        clone = module.template.clone(parent=scopes[0], _deep_clone=True)
-        clone.__dict__["_state"] = export_state(module.snapshot)
+        clone = clone_onto(module.template, scopes[0], module.snapshot)
         args, kwargs = restore_args(args, kwargs, scopes)
         res = fn(clone, *args, **kwargs)
         if len(_STATE_AFTER) >= _MAX_RECORDS:

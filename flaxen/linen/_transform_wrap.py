@@ -154,9 +154,7 @@ def restore_args(args: tuple, kwargs: dict, scopes: list[Scope]) -> tuple[tuple,
     for leaf in leaves:
         if isinstance(leaf, InstancePlaceholder):
             mod = leaf.module
-            clone = mod.clone(parent=scopes[leaf.scope_idx], _deep_clone=True)
-            clone.__dict__["_state"] = export_state(mod._state)
-            new_leaves.append(clone)
+            new_leaves.append(clone_onto(mod, scopes[leaf.scope_idx], mod._state))
         elif isinstance(leaf, VariablePlaceholder):
             new_leaves.append(Variable(scopes[leaf.scope_idx], leaf.collection, leaf.name,
                                        unbox=leaf.unbox))
@@ -182,6 +180,14 @@ def export_state(st: ModuleState) -> ModuleState:
     new.autoname_cursor = None if cursor is None else dict(cursor)
     new.setup_called = SETUP_NONE
     return new
+
+
+def clone_onto(module: Any, scope: Scope, state: ModuleState) -> Any:
+    """A deep clone of ``module`` bound to ``scope`` (inside a transform), inheriting the
+    bookkeeping of ``state`` (see :func:`export_state`)."""
+    clone = module.clone(parent=scope, _deep_clone=True)
+    clone.__dict__["_state"] = export_state(state)
+    return clone
 
 
 def reimport_state(st: ModuleState, other: ModuleState) -> None:
@@ -225,8 +231,7 @@ def set_module_scopes(module: Any, args: Any, kwargs: Any, scopes: Any
     """A clone of ``module`` bound to ``scopes[0]``, with placeholders in the arguments
     replaced by clones bound to their scopes (the inverse of :func:`get_module_scopes`)."""
     scopes = _scopes_list(scopes)
-    clone = module.clone(parent=scopes[0], _deep_clone=True)
-    clone.__dict__["_state"] = export_state(module._state)
+    clone = clone_onto(module, scopes[0], module._state)
     new_args, new_kwargs = restore_args(tuple(args or ()), dict(kwargs or {}), scopes)
     return (clone, new_args if args is not None else None,
             new_kwargs if kwargs is not None else None)
@@ -272,8 +277,7 @@ def _fn_name(fn: Any) -> str:
 def run_on_clone(fn: Callable, template: Any, state: ModuleState, owner_state: ModuleState,
                  scopes: list[Scope], args: tuple, kwargs: dict, name: str | None) -> Any:
     """Inside a transform: binds a clone of ``template`` to ``scopes[0]`` and runs ``fn``."""
-    clone = template.clone(parent=scopes[0], _deep_clone=True)
-    clone.__dict__["_state"] = export_state(state)
+    clone = clone_onto(template, scopes[0], state)
     args, kwargs = restore_args(args, kwargs, scopes)
     res = fn(clone, *args, **kwargs)
     reimport_state(owner_state, clone._state)
