@@ -372,5 +372,6 @@ def verify(torch_module: Any, flaxen_module: Any, variables: Any, inputs: Any, r
                  ok, note)
     if not ok and first is None:
         between = [(n, m) for n, m, _ in order[last_ok + 1:]] + [("", torch_module)]
-        causes = causes_for("", torch_module, between, first=not rows, max_abs=max_abs)
+        root_kind = pair_of.get("", ("", ""))[1]  # a single-layer torch model
+        causes = causes_for(root_kind, torch_module, between, first=not rows, max_abs=max_abs)
     return VerifyReport(rows, output, rtol, atol, first, causes)

@@ -95,8 +95,8 @@ def load_file(filename: str, target: Any = None, *, rules: Mapping[str, Any] | N
     >>> path = os.path.join(tempfile.mkdtemp(), 'w.safetensors')
     >>> save_file({'params': {'w': np.ones(3, np.float32)}}, path)
     >>> target = {'params': {'w': np.zeros(3, np.float16)}}
-    >>> load_file(path, target)['params']['w'].dtype
-    dtype(float16)
+    >>> str(load_file(path, target)['params']['w'].dtype)
+    'float16'
     """
     arrays, meta = _read(filename)
     if target is None:

@@ -134,11 +134,11 @@ def test_embedding_and_prelu():
 @pytest.mark.parametrize("separate", [False, True])
 def test_multihead_attention(separate):
     seed(7)
-    kw = dict(kdim=3, vdim=5) if separate else {}
+    kw = dict(kdim=3, vdim=6) if separate else {}
     t = torch.nn.MultiheadAttention(8, 2, batch_first=True, **kw)
     q = rand(2, 4, 8, rs=1)
     k = rand(2, 5, 3 if separate else 8, rs=2)
-    val = rand(2, 5, 5 if separate else 8, rs=3)
+    val = rand(2, 5, 6 if separate else 8, rs=3)
     pad = np.array([[False] * 5, [False, False, False, True, True]])
     f = nn.MultiHeadDotProductAttention(num_heads=2, qkv_features=8, out_features=8)
     variables = jax.eval_shape(f.init, KEY, q, k, val)
