@@ -27,6 +27,7 @@ from typing import Any
 import jax
 
 from flaxen import errors
+from flaxen._hashing import Identity, hashable
 from flaxen.core.frozen_dict import FrozenDict
 from flaxen.core.scope import Scope, Variable
 from flaxen.linen._interception import wrap_method
@@ -107,17 +108,21 @@ class _ScopeIndex:
         return i
 
 
-def collect_scopes(module: Any, args: tuple, kwargs: dict, what: str
-                   ) -> tuple[list[Scope], tuple, dict]:
+def collect_scopes(module: Any, args: tuple, kwargs: dict, what: str,
+                   fields_out: dict | None = None) -> tuple[list[Scope], tuple, dict]:
     """Scopes of ``module`` and of the bound Modules/Variables in ``args``/``kwargs``.
 
     Returns ``(scopes, args, kwargs)`` with placeholders in place of those Modules and
-    Variables; ``scopes[0]`` is ``module``'s scope.
+    Variables; ``scopes[0]`` is ``module``'s scope. With ``fields_out`` (a dict), the bound
+    Modules and Variables held in ``module``'s fields (at any depth) cross too: their
+    scopes are added and ``fields_out`` gets the plan :func:`rebuild_fields` reverses.
     """
     scope = _check_bound(module, what)
     try_setup(module, shallow=True)
     index = _ScopeIndex()
     index.add(scope)
+    if fields_out is not None:
+        fields_out.update(_field_plans(module, index))
     if not args and not kwargs:
         return index.scopes, args, kwargs
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_special)
@@ -137,6 +142,104 @@ def collect_scopes(module: Any, args: tuple, kwargs: dict, what: str
             new_leaves.append(leaf)
     args, kwargs = jax.tree_util.tree_unflatten(treedef, new_leaves)
     return index.scopes, args, kwargs
+
+
+@dataclasses.dataclass(frozen=True)
+class _ModulePlan:
+    """A bound Module found in a field: cloned onto inner scope ``scope_idx``."""
+
+    module: Any
+    scope_idx: int
+    fields: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class _VariablePlan:
+    variable: Any
+    scope_idx: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _TreePlan:
+    """A list/tuple/dict field holding bound Modules: ``items`` pairs (plan or None, value)."""
+
+    kind: type
+    keys: tuple
+    items: tuple
+
+
+def _value_plan(v: Any, index: _ScopeIndex, depth: int) -> Any:
+    if isinstance(v, ModuleBase):
+        if v.__dict__.get("scope") is None or depth > 32:
+            return None
+        try_setup(v, shallow=True)
+        fields = _field_plans(v, index, depth + 1)
+        return _ModulePlan(v, index.add(v.scope), fields)
+    if isinstance(v, Variable):
+        return _VariablePlan(v, index.add(v.scope))
+    if isinstance(v, (list, tuple)):
+        keys = tuple(range(len(v)))
+    elif isinstance(v, Mapping):
+        keys = tuple(v)
+    else:
+        return None
+    plans = tuple(_value_plan(v[k], index, depth + 1) for k in keys)
+    if all(p is None for p in plans):
+        return None
+    return _TreePlan(type(v), keys, tuple(zip(plans, (v[k] for k in keys))))
+
+
+def _field_plans(module: Any, index: _ScopeIndex, depth: int = 0) -> dict:
+    d = module.__dict__
+    out = {}
+    for f in type(module)._flaxen_fields:
+        v = d.get(f)
+        if isinstance(v, (ModuleBase, Variable, list, tuple, Mapping)):
+            p = _value_plan(v, index, depth)
+            if p is not None:
+                out[f] = p
+    return out
+
+
+def _rebuild(p: Any, scopes: list[Scope]) -> Any:
+    if isinstance(p, _ModulePlan):
+        m = p.module
+        clone = m.clone(parent=scopes[p.scope_idx], **rebuild_fields(p.fields, scopes))
+        clone.__dict__["_state"] = export_state(m._state)
+        return clone
+    if isinstance(p, _VariablePlan):
+        v = p.variable
+        return Variable(scopes[p.scope_idx], v.collection, v.name, unbox=v.unbox)
+    values = [x if sub is None else _rebuild(sub, scopes) for sub, x in p.items]
+    if issubclass(p.kind, Mapping):
+        return p.kind(dict(zip(p.keys, values)))
+    if hasattr(p.kind, "_fields"):  # namedtuple
+        return p.kind(*values)
+    return p.kind(values)
+
+
+def rebuild_fields(plans: dict | None, scopes: list[Scope]) -> dict:
+    """Field updates putting the Modules/Variables of ``plans`` onto the inner ``scopes``."""
+    if not plans:
+        return {}
+    return {f: _rebuild(p, scopes) for f, p in plans.items()}
+
+
+def plan_key(plans: dict | None) -> Any:
+    """A hashable summary of a field plan (which field goes to which scope)."""
+    if not plans:
+        return ()
+
+    def key(p: Any) -> Any:
+        if isinstance(p, _ModulePlan):
+            return ("m", p.scope_idx, plan_key(p.fields))
+        if isinstance(p, _VariablePlan):
+            return ("v", p.scope_idx)
+        if p is None:
+            return None
+        return ("t", p.kind, p.keys, tuple(key(sub) for sub, _ in p.items))
+
+    return tuple((f, key(p)) for f, p in plans.items())
 
 
 def _is_placeholder(x: Any) -> bool:
@@ -182,10 +285,12 @@ def export_state(st: ModuleState) -> ModuleState:
     return new
 
 
-def clone_onto(module: Any, scope: Scope, state: ModuleState) -> Any:
+def clone_onto(module: Any, scope: Scope, state: ModuleState,
+               fields: dict | None = None, scopes: list[Scope] | None = None) -> Any:
     """A deep clone of ``module`` bound to ``scope`` (inside a transform), inheriting the
-    bookkeeping of ``state`` (see :func:`export_state`)."""
-    clone = module.clone(parent=scope, _deep_clone=True)
+    bookkeeping of ``state`` (see :func:`export_state`); the field Modules/Variables of
+    the plan ``fields`` are bound to their inner ``scopes``."""
+    clone = module.clone(parent=scope, _deep_clone=True, **rebuild_fields(fields, scopes))
     clone.__dict__["_state"] = export_state(state)
     return clone
 
@@ -275,9 +380,10 @@ def _fn_name(fn: Any) -> str:
 
 
 def run_on_clone(fn: Callable, template: Any, state: ModuleState, owner_state: ModuleState,
-                 scopes: list[Scope], args: tuple, kwargs: dict, name: str | None) -> Any:
+                 scopes: list[Scope], args: tuple, kwargs: dict, name: str | None,
+                 fields: dict | None = None) -> Any:
     """Inside a transform: binds a clone of ``template`` to ``scopes[0]`` and runs ``fn``."""
-    clone = clone_onto(template, scopes[0], state)
+    clone = clone_onto(template, scopes[0], state, fields, scopes)
     args, kwargs = restore_args(args, kwargs, scopes)
     res = fn(clone, *args, **kwargs)
     reimport_state(owner_state, clone._state)
@@ -304,14 +410,15 @@ def decorator_lift_transform(transform: Callable[..., Any], class_fn: Any, *traf
     names = tuple(_fn_name(f) for f in class_fns)
 
     def wrapped_fn(self: Any, *args: Any, **kwargs: Any) -> Any:
-        scopes, args, kwargs = collect_scopes(self, args, kwargs, names[0])
+        fields: dict = {}
+        scopes, args, kwargs = collect_scopes(self, args, kwargs, names[0], fields)
         owner_state = self._state
         snapshot = export_state(owner_state)
 
         def make_core(fn: Callable, name: str) -> Callable[..., Any]:
             def core_fn(scopes: Any, *args: Any, **kwargs: Any) -> Any:
                 return run_on_clone(fn, self, snapshot, owner_state, _scopes_list(scopes),
-                                    args, kwargs, name)
+                                    args, kwargs, name, fields)
             core_fn.__name__ = name
             return core_fn
 
@@ -377,15 +484,16 @@ def module_class_lift_transform(transform: Callable[..., Any], module_class: typ
         fn = prewrap(fn)
 
         def wrapped_fn(self: Any, *call_args: Any, **call_kwargs: Any) -> Any:
+            fields: dict = {}
             scopes, call_args, call_kwargs = collect_scopes(
-                self, call_args, call_kwargs, fn_name)
+                self, call_args, call_kwargs, fn_name, fields)
             owner_state = self._state
             snapshot = export_state(owner_state)
             template = base_instance(self, module_class)
 
             def core_fn(scopes: Any, *a: Any, **k: Any) -> Any:
                 return run_on_clone(fn, template, snapshot, owner_state,
-                                    _scopes_list(scopes), a, k, fn_name)
+                                    _scopes_list(scopes), a, k, fn_name, fields)
 
             core_fn.__name__ = fn_name
             trafo_fn = transform(core_fn, *args, **kwargs)
@@ -458,7 +566,7 @@ def module_fingerprint(x: Any, _depth: int = 0) -> Any:
     """A hashable summary of a value's configuration (Modules: class + fields + name)."""
     if isinstance(x, ModuleBase):
         if _depth > 32:
-            return _ByIdentity(x)
+            return Identity(x)
         cls = type(x)
         d = x.__dict__
         return (cls, d.get("name"), tuple(
@@ -467,27 +575,4 @@ def module_fingerprint(x: Any, _depth: int = 0) -> Any:
         return (type(x), tuple(module_fingerprint(v, _depth + 1) for v in x))
     if isinstance(x, Mapping):
         return (type(x), tuple((k, module_fingerprint(v, _depth + 1)) for k, v in x.items()))
-    try:
-        hash(x)
-    except TypeError:
-        return _ByIdentity(x)
-    return x
-
-
-class _ByIdentity:
-    """Hashable stand-in for an unhashable value (an array field): equal only to itself.
-
-    It holds the value, so its id cannot be reused by another object while a cache key
-    containing it is alive.
-    """
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __hash__(self) -> int:
-        return id(self.value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _ByIdentity) and other.value is self.value
+    return hashable(x)

@@ -31,6 +31,9 @@ import typing as tp
 
 import jax
 
+from flaxen._hashing import hashable as freeze  # noqa: F401 - used by _graph_engine
+from flaxen._hashing import unwrap as thaw
+
 Key = tp.Hashable
 
 
@@ -40,37 +43,6 @@ class PytreeType:
 
 class ArrayLeaf:
     """The ``type`` of a :class:`VariableDef` that stands for an array held directly."""
-
-
-class Identity:
-    """Holds an unhashable static value; equal only to a holder of the same object."""
-
-    __slots__ = ("obj",)
-
-    def __init__(self, obj: tp.Any) -> None:
-        self.obj = obj
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Identity) and other.obj is self.obj
-
-    def __hash__(self) -> int:
-        return id(self.obj)
-
-    def __repr__(self) -> str:
-        return f"<unhashable {type(self.obj).__name__}>"
-
-
-def freeze(value: tp.Any) -> tp.Any:
-    """``value`` itself when hashable, else an :class:`Identity` holder."""
-    try:
-        hash(value)
-        return value
-    except TypeError:
-        return Identity(value)
-
-
-def thaw(value: tp.Any) -> tp.Any:
-    return value.obj if type(value) is Identity else value
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
