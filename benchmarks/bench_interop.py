@@ -36,8 +36,9 @@ def _state_dict(n_params: int):
     import torch
 
     d = 1024
-    per_block = 4 * d * d + 2 * d + 2 * d + 64 * 64 * 9 + 64 + 4 * 64
-    blocks = max(1, n_params // per_block)
+    linears = [(d, d), (d, d), (d, d // 2), (d // 2, 2 * d)]
+    per_block = sum(i * o + o for i, o in linears) + 2 * d + 64 * 64 * 9 + 64 + 4 * 64
+    blocks = max(1, round(n_params / per_block))
     sd = {}
     target: dict = {"params": {}, "batch_stats": {}}
     sds = _sds
@@ -45,7 +46,7 @@ def _state_dict(n_params: int):
     for b in range(blocks):
         p = target["params"][f"Block_{b}"] = {}
         s = target["batch_stats"][f"Block_{b}"] = {}
-        for i, (fin, fout) in enumerate([(d, d), (d, d), (d, d // 2), (d // 2, 2 * d)]):
+        for i, (fin, fout) in enumerate(linears):
             sd[f"blocks.{b}.fc{i}.weight"] = torch.randn(fout, fin, generator=g)
             sd[f"blocks.{b}.fc{i}.bias"] = torch.randn(fout, generator=g)
             p[f"Dense_{i}"] = {"kernel": sds((fin, fout)), "bias": sds((fout,))}

@@ -265,8 +265,13 @@ def convert(source: Any, target: Any, rules: Mapping[str, Any] | None = None,
     the_plan, filled, problems = plan(source, target, rules)
     if problems:
         raise TorchConversionError(problems)
+    on_device = DEVICE_LAYOUT if DEVICE_LAYOUT is not None else jax.default_backend() != "cpu"
     placed = {}
     for path, (arr, dtype) in filled.items():
+        moved = device_layout(arr, dtype) if on_device else None
+        if moved is not None:
+            placed[path] = moved
+            continue
         arr = owned_contiguous(arr)
         if arr.dtype != dtype:
             arr = arr.astype(dtype)
@@ -297,3 +302,35 @@ def owned_contiguous(arr: np.ndarray) -> np.ndarray:
         as_int = arr.view(_INT_OF_SIZE[arr.itemsize])
         return torch.from_numpy(as_int).contiguous().numpy().view(arr.dtype)
     return np.ascontiguousarray(arr)
+
+
+# Where permuted views get laid out: None = on the accelerator when there is one (the
+# contiguous torch buffer is sent as is and transposed there, nearly free), else on the host.
+DEVICE_LAYOUT: bool | None = None
+
+
+def _as_permutation(arr: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]] | None:
+    """``(base, perm)`` with ``base`` C-contiguous and ``arr == base.transpose(perm)``."""
+    if arr.ndim < 2 or any(s <= 0 for s in arr.strides):
+        return None
+    order = sorted(range(arr.ndim), key=lambda k: -arr.strides[k])
+    base = np.lib.stride_tricks.as_strided(
+        arr, [arr.shape[k] for k in order], [arr.strides[k] for k in order])
+    if not base.flags.c_contiguous:
+        return None
+    return base, tuple(order.index(k) for k in range(arr.ndim))
+
+
+def device_layout(arr: np.ndarray, dtype: Any) -> Any:
+    """A permuted view sent contiguous and transposed on the device; None if not one."""
+    if arr.flags.c_contiguous:
+        return None
+    found = _as_permutation(arr)
+    if found is None:
+        return None
+    import jax
+
+    base, perm = found
+    # The transpose writes a new buffer, so sending a view of torch memory is safe.
+    out = jax.numpy.transpose(jax.device_put(base), perm)
+    return out.astype(dtype) if out.dtype != dtype else out

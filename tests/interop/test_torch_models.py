@@ -104,3 +104,23 @@ def test_nnx_attention_and_embedding():
     model = fxt.convert(t, Tiny(nnx.Rngs(0)))
     ids = np.array([[1, 4, 8, 0]])
     assert_close(model(ids), run_torch(t, torch.from_numpy(ids)))
+
+
+def test_layout_on_the_device_gives_the_same_arrays(monkeypatch):
+    from flaxen.interop import _convert
+
+    seed(6)
+    t = m.TorchResNet()
+    x = np.ones((1, 8, 8, 3), np.float32)
+    target = jax.eval_shape(m.ResNet().init, KEY, x)
+    host = fxt.convert(t, target)
+    monkeypatch.setattr(_convert, "DEVICE_LAYOUT", True)  # what a GPU backend does
+    device = fxt.convert(t, target)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, host, device)
+    bias = np.array(host["params"]["Dense_0"]["bias"])
+    with torch.no_grad():
+        t.fc.weight.add_(1.0)  # converted arrays never alias torch memory
+        t.fc.bias.add_(1.0)
+    np.testing.assert_array_equal(host["params"]["Dense_0"]["bias"], bias)
+    np.testing.assert_array_equal(device["params"]["Dense_0"]["kernel"],
+                                  host["params"]["Dense_0"]["kernel"])
