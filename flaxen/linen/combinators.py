@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from flaxen.linen.module import Module
+from flaxen.linen.module import Module, compact
 
 __all__ = ["Sequential"]
 
@@ -34,6 +34,9 @@ class Sequential(Module):
 
     layers: Sequence[Callable[..., Any]]
 
+    # compact, so that a plain-function layer may build submodules inline
+    # (``lambda x: nn.Dense(4)(x)``): they become children of the Sequential.
+    @compact
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self.layers:
             raise ValueError(

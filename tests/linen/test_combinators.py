@@ -47,3 +47,17 @@ def test_layers_built_inline_belong_to_the_enclosing_module():
 def test_empty_sequential_is_an_error():
     with pytest.raises(ValueError, match="Empty Sequential"):
         nn.Sequential([]).init(jax.random.key(0), jnp.ones(2))
+
+
+def test_sequential_function_layers_may_build_submodules_inline():
+    mlp = nn.Sequential([
+        lambda x: nn.Dense(x.shape[-1] + 1)(x),
+        nn.relu,
+        lambda x: nn.Dense(2)(x),
+    ])
+    y, v = mlp.init_with_output(jax.random.key(0), jnp.ones((3, 4)))
+    assert y.shape == (3, 2)
+    assert jax.tree_util.tree_map(jnp.shape, dict(v["params"])) == {
+        "Dense_0": {"kernel": (4, 5), "bias": (5,)},
+        "Dense_1": {"kernel": (5, 2), "bias": (2,)},
+    }
