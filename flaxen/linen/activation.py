@@ -1,10 +1,8 @@
 """Activation functions for Linen models, plus the learnable ``PReLU`` Module.
 
-The element-wise functions are JAX's own (``jax.nn`` and ``jnp.tanh``): Flax re-exports
-the very same objects, so ``flaxen.linen.relu is jax.nn.relu`` holds here too and jitted
-code is identical. ``PReLU`` needs the Module system, so it is loaded on first access;
-importing this file therefore stays cheap and free of Linen's Module machinery (the NNX
-and attention code import it).
+The element-wise functions live in :mod:`flaxen.layer_math.activations` (shared with NNX)
+and are JAX's own (``jax.nn`` and ``jnp.tanh``): ``flaxen.linen.relu is jax.nn.relu``, as
+in Flax. ``PReLU`` needs the Module system, so it is loaded on first access.
 
 >>> import jax.numpy as jnp
 >>> from flaxen.linen import activation
@@ -14,7 +12,7 @@ and attention code import it).
 
 from __future__ import annotations
 
-from jax.nn import (
+from flaxen.layer_math.activations import (
     celu,
     elu,
     gelu,
@@ -27,6 +25,7 @@ from jax.nn import (
     log_sigmoid,
     log_softmax,
     logsumexp,
+    normalize,
     one_hot,
     relu,
     relu6,
@@ -38,11 +37,8 @@ from jax.nn import (
     softplus,
     standardize,
     swish,
+    tanh,
 )
-from jax.numpy import tanh
-
-# Flax keeps the old name `normalize` as an alias of `standardize`.
-normalize = standardize
 
 __all__ = [
     "PReLU",  # noqa: F822 - provided lazily by __getattr__
@@ -75,7 +71,7 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # PReLU subclasses Module; loading it lazily keeps this file usable without Linen.
+    # PReLU subclasses Module; loading it lazily keeps the module free of Linen's machinery.
     if name == "PReLU":
         from flaxen.linen._prelu import PReLU
 

@@ -1,25 +1,19 @@
-"""Parameter initializers: ``init(key, shape, dtype) -> Array`` functions and their builders.
+"""Parameter initializers (``flax.linen.initializers``): ``init(key, shape, dtype) -> Array``.
 
-Every builder here is JAX's own (``jax.nn.initializers``), exactly as Flax re-exports them,
-so the same key gives bit-identical arrays. Flax adds two zero-argument builders,
-``zeros_init()`` and ``ones_init()``, which return the ``zeros``/``ones`` initializers;
-they exist so that every ``*_init`` field of a layer can be written as a call.
+The functions live in :mod:`flaxen.layer_math.initializers`, shared with NNX; this module
+re-exports the same objects under Flax's path. Every builder is JAX's own
+(``jax.nn.initializers``), so the same key gives bit-identical arrays; ``zeros_init()`` and
+``ones_init()`` are Flax's zero-argument builders of ``zeros``/``ones``.
 
 >>> import jax, jax.numpy as jnp
 >>> from flaxen.linen import initializers
->>> init = initializers.lecun_normal()
->>> init(jax.random.key(0), (3, 2), jnp.float32).shape
+>>> initializers.lecun_normal()(jax.random.key(0), (3, 2), jnp.float32).shape
 (3, 2)
 >>> initializers.zeros_init()(jax.random.key(0), (2,), jnp.float32).tolist()
 [0.0, 0.0]
 """
 
-from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Any
-
-from jax.nn.initializers import (
+from flaxen.layer_math.initializers import (
     Initializer,
     constant,
     delta_orthogonal,
@@ -33,6 +27,7 @@ from jax.nn.initializers import (
     lecun_uniform,
     normal,
     ones,
+    ones_init,
     orthogonal,
     truncated_normal,
     uniform,
@@ -40,6 +35,7 @@ from jax.nn.initializers import (
     xavier_normal,
     xavier_uniform,
     zeros,
+    zeros_init,
 )
 
 __all__ = [
@@ -66,23 +62,3 @@ __all__ = [
     "zeros",
     "zeros_init",
 ]
-
-
-def zeros_init() -> Initializer | Callable[..., Any]:
-    """Builds an initializer that returns an array of zeros (the key is ignored).
-
-    >>> import jax, jax.numpy as jnp
-    >>> zeros_init()(jax.random.key(42), (2, 3), jnp.float32).tolist()
-    [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
-    """
-    return zeros
-
-
-def ones_init() -> Initializer | Callable[..., Any]:
-    """Builds an initializer that returns an array of ones (the key is ignored).
-
-    >>> import jax, jax.numpy as jnp
-    >>> ones_init()(jax.random.key(42), (2,), jnp.float32).tolist()
-    [1.0, 1.0]
-    """
-    return ones

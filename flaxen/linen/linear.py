@@ -25,6 +25,8 @@ import numpy as np
 from jax import lax
 
 from flaxen.core import meta
+from flaxen.layer_math.einsum import bias_layout as einsum_bias_layout
+from flaxen.layer_math.embedding import lookup as embedding_lookup
 from flaxen.linen import initializers
 from flaxen.linen._conv import Conv, ConvLocal, ConvTranspose, _Conv  # noqa: F401
 from flaxen.linen._conv_math import (  # noqa: F401 - Flax exposes these names here
@@ -268,15 +270,6 @@ class Dense(Module):
         return y
 
 
-def _einsum_bias_shapes(einsum_str: str, kernel_shape: Shape) -> tuple[Shape, list]:
-    """The bias shape (kernel letters kept in the output, in output order) and its layout."""
-    operands, out_spec = einsum_str.split("->")
-    kernel_spec = operands.split(",")[1].replace("...", "")
-    letters = [c for c in out_spec.replace("...", "") if c in kernel_spec]
-    bias_shape = tuple(kernel_shape[kernel_spec.index(c)] for c in letters)
-    return bias_shape, letters
-
-
 class Einsum(Module):
     """A learnable kernel of a given ``shape`` combined with the input by ``jnp.einsum``.
 
@@ -321,9 +314,11 @@ class Einsum(Module):
             )
         kernel = self.param("kernel", self.kernel_init, tuple(self.shape), self.param_dtype)
         bias = None
-        letters: list = []
         if self.use_bias:
-            bias_shape, letters = _einsum_bias_shapes(einsum_str, tuple(self.shape))
+            # the output axes the kernel contributes (its letters and its share of '...')
+            bias_shape, bias_layout = einsum_bias_layout(
+                einsum_str, jnp.ndim(inputs), tuple(self.shape)
+            )
             bias = self.param("bias", self.bias_init, bias_shape, self.param_dtype)
         inputs, kernel, bias = self.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
         y = jnp.einsum(
@@ -334,23 +329,8 @@ class Einsum(Module):
             preferred_element_type=self.preferred_element_type,
         )
         if bias is not None:
-            out_spec = einsum_str.split("->")[1]
-            y += jnp.reshape(bias, _bias_layout(out_spec, letters, bias.shape, y.ndim))
+            y += jnp.reshape(bias, bias_layout)
         return y
-
-
-def _bias_layout(out_spec: str, letters: list, bias_shape: Shape, ndim: int) -> Shape:
-    """Bias shape broadcast to the output: its sizes at its letters' positions, ones elsewhere."""
-    n_ellipsis = ndim - len(out_spec.replace("...", ""))
-    dims: list[int] = []
-    head, sep, tail = out_spec.partition("...")
-    for c in head:
-        dims.append(bias_shape[letters.index(c)] if c in letters else 1)
-    if sep:
-        dims.extend([1] * n_ellipsis)
-        for c in tail:
-            dims.append(bias_shape[letters.index(c)] if c in letters else 1)
-    return tuple(dims)
 
 
 class _AttendShapeError(LayerShapeError, TypeError):
@@ -398,10 +378,8 @@ class Embed(Module):
                 "indices, e.g. inputs.astype(jnp.int32)."
             )
         (embedding,) = self.promote_dtype(self.embedding, dtype=self.dtype, inexact=False)
-        if self.num_embeddings == 1:
-            # A one-row table needs no gather: every lookup returns that row.
-            return jnp.broadcast_to(embedding, jnp.shape(inputs) + (self.features,))
-        return jnp.take(embedding, inputs, axis=0)
+        # out-of-range ids give NaN rows, also for a one-row table (shared with NNX's Embed)
+        return embedding_lookup(embedding, inputs)
 
     def attend(self, query: Array) -> Array:
         """Returns ``query @ embedding.T``: one score per embedding row.

@@ -30,10 +30,9 @@ from flaxen.nnx.graph import (
 )
 from flaxen.nnx.graph import graphdef as graphdef
 from flaxen.nnx.module import Dict, List, Module, Sequential
-from flaxen.nnx.nn import _linen as _fns
 from flaxen.nnx.nn.attention import MultiHeadAttention
 from flaxen.nnx.nn.linear import Conv, Einsum, Embed, Linear, LinearGeneral
-from flaxen.nnx.nn.normalization import BatchNorm, LayerNorm, RMSNorm
+from flaxen.nnx.nn.normalization import BatchNorm, GroupNorm, LayerNorm, RMSNorm
 from flaxen.nnx.nn.stochastic import Dropout
 from flaxen.nnx.rnglib import RngCount, RngKey, Rngs, RngState, RngStream, fork
 from flaxen.nnx.spmd import (
@@ -62,15 +61,16 @@ from flaxen.nnx.variables import (
 )
 from flaxen.nnx.visualization import display
 
-initializers = _fns.initializers
-dot_product_attention = _fns.dot_product_attention
-make_attention_mask = _fns.make_attention_mask
-make_causal_mask = _fns.make_causal_mask
-combine_masks = _fns.combine_masks
-pool = _fns.pooling.pool
-avg_pool = _fns.pooling.avg_pool
-max_pool = _fns.pooling.max_pool
-min_pool = _fns.pooling.min_pool
+# the pure functions shared with Linen (flaxen.layer_math: no Linen import)
+from flaxen.layer_math import activations as _activations
+from flaxen.layer_math import initializers as initializers
+from flaxen.layer_math.attention import (
+    combine_masks,
+    dot_product_attention,
+    make_attention_mask,
+    make_causal_mask,
+)
+from flaxen.layer_math.pooling import avg_pool, max_pool, min_pool, pool
 
 _ACTIVATIONS = (
     "celu", "elu", "gelu", "glu", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh",
@@ -78,7 +78,7 @@ _ACTIVATIONS = (
     "relu6", "selu", "sigmoid", "silu", "soft_sign", "softmax", "softplus", "standardize",
     "swish", "tanh",
 )
-globals().update({name: getattr(_fns.activation, name) for name in _ACTIVATIONS})
+globals().update({name: getattr(_activations, name) for name in _ACTIVATIONS})
 
 
 _LAZY = {

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from flaxen.linen import _attention_fns as fns
+from flaxen.layer_math import attention as fns
 from flaxen.linen.attention import (
     combine_masks,
     dot_product_attention,

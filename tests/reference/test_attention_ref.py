@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import flaxen.linen.attention as att
-from flaxen.linen import _attention_fns as fns
+from flaxen.layer_math import attention as fns
 
 
 def _qkv(shape_q, kv_len, seed=0, dtype=jnp.float32):

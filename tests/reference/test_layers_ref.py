@@ -277,7 +277,10 @@ def test_einsum_call_time_string_matches_flax():
 @pytest.mark.parametrize("dtype", [None, jnp.bfloat16, jnp.float16, np.complex64])
 @pytest.mark.parametrize("num", [1, 7])
 def test_embed_matches_flax(num, dtype):
-    idx = jnp.asarray(np.random.RandomState(0).randint(-2, num + 2, size=(3, 4)))
+    # A one-row table: Flax 0.12.8 returns the row for every id, Flax 0.8.3 (and flaxen, like
+    # NNX's Embed) gives NaN for ids other than 0; compare only in-range ids there.
+    high = num + 2 if num > 1 else 1
+    idx = jnp.asarray(np.random.RandomState(0).randint(-2 if num > 1 else 0, high, size=(3, 4)))
     compare_layer("Embed", {"num_embeddings": num, "features": 5, "dtype": dtype}, idx)
     query = _x((3, 5), np.complex64 if dtype == np.complex64 else np.float32)
     compare_layer("Embed", {"num_embeddings": num, "features": 5, "dtype": dtype},

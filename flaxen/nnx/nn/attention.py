@@ -1,8 +1,8 @@
 """``nnx.MultiHeadAttention`` with an optional autoregressive key/value cache.
 
 Projections are :class:`~flaxen.nnx.LinearGeneral` submodules ``query``, ``key``, ``value``
-(``in_features -> (num_heads, head_dim)``) and ``out``; the attention math is Linen's
-``dot_product_attention``.
+(``in_features -> (num_heads, head_dim)``) and ``out``; the attention math is
+:mod:`flaxen.layer_math.attention`, the functions Linen's attention uses too.
 
 >>> import jax.numpy as jnp
 >>> from flaxen import nnx
@@ -20,20 +20,33 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from flaxen.layer_math import initializers
+from flaxen.layer_math.attention import combine_masks, dot_product_attention
 from flaxen.nnx.module import Module
-from flaxen.nnx.nn._linen import (
-    combine_masks,
-    default_kernel_init,
-    dot_product_attention,
-    dot_product_attention_weights,
-    initializers,
-)
-from flaxen.nnx.nn.linear import LinearGeneral
+from flaxen.nnx.nn.linear import LinearGeneral, default_kernel_init
 from flaxen.nnx.nn.normalization import LayerNorm
 from flaxen.nnx.rnglib import Rngs
 from flaxen.nnx.variables import Cache, Intermediate
 
 Array = jax.Array
+
+
+class _IntermediateSink:
+    """Lets the shared attention functions sow their weights into an NNX module.
+
+    They call ``module.sow('intermediates', name, value)`` (Linen's signature); NNX records
+    the value as an :class:`~flaxen.nnx.Intermediate` attribute of the layer instead.
+    """
+
+    __slots__ = ("module",)
+
+    def __init__(self, module: Module) -> None:
+        self.module = module
+
+    def sow(self, collection: str, name: str, value: tp.Any, *args: tp.Any, **kw: tp.Any) -> bool:
+        del collection, args, kw
+        self.module.sow(Intermediate, name, value)
+        return True
 
 
 class MultiHeadAttention(Module):
@@ -187,17 +200,11 @@ class MultiHeadAttention(Module):
                 )
             dropout_rng = rngs.dropout()
 
-        if sow_weights:
-            weights = dot_product_attention_weights(
-                query, key, None, mask, self.broadcast_dropout, dropout_rng, self.dropout_rate,
-                det, self.dtype, self.precision,
-            )
-            self.sow(Intermediate, "attention_weights", weights)
-            x = jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=self.precision)
-        else:
-            x = self.attention_fn(
-                query, key, value, mask=mask, dropout_rng=dropout_rng,
-                dropout_rate=self.dropout_rate, broadcast_dropout=self.broadcast_dropout,
-                deterministic=det, dtype=self.dtype, precision=self.precision,
-            )
+        # the weights are sown only when asked: passing a module costs the fused paths
+        extra = {"module": _IntermediateSink(self)} if sow_weights else {}
+        x = self.attention_fn(
+            query, key, value, mask=mask, dropout_rng=dropout_rng,
+            dropout_rate=self.dropout_rate, broadcast_dropout=self.broadcast_dropout,
+            deterministic=det, dtype=self.dtype, precision=self.precision, **extra,
+        )
         return self.out(x)

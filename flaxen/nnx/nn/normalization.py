@@ -1,4 +1,9 @@
-"""NNX normalization layers: ``BatchNorm`` (running statistics), ``LayerNorm``, ``RMSNorm``.
+"""NNX normalization layers: ``BatchNorm`` (running statistics), ``LayerNorm``, ``RMSNorm``,
+``GroupNorm``.
+
+The statistics and the normalise step are :mod:`flaxen.layer_math.normalization`, the same
+functions Linen's norm layers run, so an NNX layer and a Linen layer with the same parameters
+give bit-identical outputs (``mask`` and ``use_fast_variance`` included).
 
 >>> import jax.numpy as jnp
 >>> from flaxen import nnx
@@ -14,67 +19,51 @@ import typing as tp
 
 import jax
 import jax.numpy as jnp
-from jax import lax
+import numpy as np
 
+from flaxen.layer_math import initializers
+from flaxen.layer_math.normalization import canonicalize_axes, compute_stats, normalize
 from flaxen.nnx.module import Module
-from flaxen.nnx.nn._linen import canonicalize_dtype, initializers
 from flaxen.nnx.rnglib import Rngs
 from flaxen.nnx.variables import BatchStat, Param
+from flaxen.typing import Axes, Dtype, Initializer
 
 Array = jax.Array
-Initializer = tp.Callable[..., Array]
+
+__all__ = ["BatchNorm", "GroupNorm", "LayerNorm", "RMSNorm"]
 
 
-def _canon_axes(ndim: int, axes: int | tp.Sequence[int]) -> tuple[int, ...]:
-    axes = (axes,) if isinstance(axes, int) else tuple(axes)
-    return tuple(sorted({a % ndim for a in axes}))
+def _check_mask(layer: str, x: Array, mask: Array | None) -> None:
+    if mask is None:
+        return
+    try:
+        ok = np.broadcast_shapes(np.shape(mask), x.shape) == x.shape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"{layer}: mask of shape {np.shape(mask)} does not broadcast to the inputs' shape "
+            f"{x.shape}. Pass a boolean mask of shape {x.shape} (or one that broadcasts to it) "
+            "marking the entries that count in the statistics."
+        )
 
 
-def _compute_stats(x: Array, axes: tuple[int, ...], dtype: tp.Any, axis_name: tp.Any,
-                   axis_index_groups: tp.Any, use_mean: bool = True,
-                   use_fast_variance: bool = True) -> tuple[Array, Array]:
-    # statistics in at least float32, even for half-precision inputs
-    dtype = jnp.promote_types(dtype or x.dtype, jnp.float32)
-    x = jnp.asarray(x, dtype)
-
-    def pmean(v: Array) -> Array:
-        if axis_name is None:
-            return v
-        return lax.pmean(v, axis_name, axis_index_groups=axis_index_groups)
-
-    if use_mean and use_fast_variance:
-        mean = pmean(jnp.mean(x, axes))
-        mean2 = pmean(jnp.mean(lax.square(x), axes))
-        var = jnp.maximum(0.0, mean2 - lax.square(mean))
-    elif use_mean:
-        mean = pmean(jnp.mean(x, axes))
-        shape = [1 if i in axes else d for i, d in enumerate(x.shape)]
-        var = pmean(jnp.mean(lax.square(x - jnp.reshape(mean, shape)), axes))
-    else:
-        mean = jnp.zeros((), dtype)
-        var = pmean(jnp.mean(lax.square(x), axes))
-    return mean, var
-
-
-def _normalize(x: Array, mean: Array, var: Array, scale: Array | None, bias: Array | None,
-               reduction_axes: tuple[int, ...], feature_axes: tuple[int, ...], dtype: tp.Any,
-               epsilon: float) -> Array:
-    stats_shape = [1 if i in reduction_axes else d for i, d in enumerate(x.shape)]
-    feature_shape = [x.shape[i] if i in feature_axes else 1 for i in range(x.ndim)]
-    mean = jnp.reshape(mean, stats_shape) if jnp.ndim(mean) else mean  # RMSNorm: scalar 0
-    var = jnp.reshape(var, stats_shape)
-    y = x - mean
-    mul = lax.rsqrt(var + epsilon)
-    if scale is not None:
-        mul = mul * jnp.reshape(scale, feature_shape)
-    y = y * mul
-    if bias is not None:
-        y = y + jnp.reshape(bias, feature_shape)
-    return jnp.asarray(y, canonicalize_dtype(x, scale, bias, dtype=dtype))
+def _value(v: Param | None) -> Array | None:
+    return None if v is None else v.value
 
 
 class BatchNorm(Module):
-    """Normalizes over all axes but ``axis`` with batch statistics, tracked as BatchStats."""
+    """Normalizes over every axis but ``axis`` with batch statistics, tracked as BatchStats.
+
+    While ``use_running_average`` is false, each call updates ``mean``/``var`` with
+    ``momentum``; ``model.eval()`` (or ``use_running_average=True``) uses them instead.
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> bn = nnx.BatchNorm(2, use_running_average=True, rngs=nnx.Rngs(0))
+    >>> bn(jnp.ones((4, 2))).shape
+    (4, 2)
+    """
 
     def __init__(
         self,
@@ -84,8 +73,8 @@ class BatchNorm(Module):
         axis: int = -1,
         momentum: float = 0.99,
         epsilon: float = 1e-5,
-        dtype: tp.Any = None,
-        param_dtype: tp.Any = jnp.float32,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
         use_bias: bool = True,
         use_scale: bool = True,
         bias_init: Initializer = initializers.zeros_init(),
@@ -115,44 +104,54 @@ class BatchNorm(Module):
         self.axis_index_groups = axis_index_groups
         self.use_fast_variance = use_fast_variance
 
-    def __call__(self, x: Array, use_running_average: bool | None = None, *,
-                 mask: Array | None = None) -> Array:
+    def __call__(
+        self, x: Array, use_running_average: bool | None = None, *, mask: Array | None = None
+    ) -> Array:
+        """Normalizes ``x``; ``mask`` (broadcastable to ``x``) limits the statistics."""
         use_ra = self.use_running_average if use_running_average is None else use_running_average
-        feature_axes = _canon_axes(x.ndim, self.axis)
+        _check_mask("BatchNorm", x, mask)
+        feature_axes = canonicalize_axes(x.ndim, self.axis, "BatchNorm", "axis")
         reduction_axes = tuple(i for i in range(x.ndim) if i not in feature_axes)
         if use_ra:
             mean, var = self.mean.value, self.var.value
         else:
-            mean, var = _compute_stats(x, reduction_axes, self.dtype, self.axis_name,
-                                       self.axis_index_groups,
-                                       use_fast_variance=self.use_fast_variance)
+            mean, var = compute_stats(
+                x, reduction_axes, dtype=self.dtype, axis_name=self.axis_name,
+                axis_index_groups=self.axis_index_groups,
+                use_fast_variance=self.use_fast_variance, mask=mask,
+            )
             m = self.momentum
             self.mean.value = m * self.mean.value + (1 - m) * mean
             self.var.value = m * self.var.value + (1 - m) * var
-        return _normalize(
-            x, mean, var,
-            self.scale.value if self.scale is not None else None,
-            self.bias.value if self.bias is not None else None,
-            reduction_axes, feature_axes, self.dtype, self.epsilon,
+        return normalize(
+            x, mean, var, reduction_axes, feature_axes, self.dtype, self.epsilon,
+            scale=_value(self.scale), bias=_value(self.bias),
         )
 
 
 class LayerNorm(Module):
-    """Normalizes each example over ``reduction_axes``; learned scale/bias on ``feature_axes``."""
+    """Normalizes each example over ``reduction_axes``; learned scale/bias on ``feature_axes``.
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> ln = nnx.LayerNorm(2, rngs=nnx.Rngs(0))
+    >>> [round(v, 3) for v in ln(jnp.array([[1.0, 3.0]]))[0].tolist()]
+    [-1.0, 1.0]
+    """
 
     def __init__(
         self,
         num_features: int,
         *,
         epsilon: float = 1e-6,
-        dtype: tp.Any = None,
-        param_dtype: tp.Any = jnp.float32,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
         use_bias: bool = True,
         use_scale: bool = True,
         bias_init: Initializer = initializers.zeros_init(),
         scale_init: Initializer = initializers.ones_init(),
-        reduction_axes: int | tp.Sequence[int] = -1,
-        feature_axes: int | tp.Sequence[int] = -1,
+        reduction_axes: Axes = -1,
+        feature_axes: Axes = -1,
         axis_name: str | None = None,
         axis_index_groups: tp.Any = None,
         use_fast_variance: bool = True,
@@ -176,33 +175,41 @@ class LayerNorm(Module):
         self.use_fast_variance = use_fast_variance
 
     def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
-        reduction_axes = _canon_axes(x.ndim, self.reduction_axes)
-        feature_axes = _canon_axes(x.ndim, self.feature_axes)
-        mean, var = _compute_stats(x, reduction_axes, self.dtype, self.axis_name,
-                                   self.axis_index_groups,
-                                   use_fast_variance=self.use_fast_variance)
-        return _normalize(
-            x, mean, var,
-            self.scale.value if self.scale is not None else None,
-            self.bias.value if self.bias is not None else None,
-            reduction_axes, feature_axes, self.dtype, self.epsilon,
+        """Normalizes ``x``; ``mask`` limits which entries enter the statistics."""
+        _check_mask("LayerNorm", x, mask)
+        canonicalize_axes(x.ndim, self.reduction_axes, "LayerNorm", "reduction_axes")
+        canonicalize_axes(x.ndim, self.feature_axes, "LayerNorm", "feature_axes")
+        mean, var = compute_stats(
+            x, self.reduction_axes, self.dtype, self.axis_name, self.axis_index_groups,
+            use_fast_variance=self.use_fast_variance, mask=mask,
+        )
+        return normalize(
+            x, mean, var, self.reduction_axes, self.feature_axes, self.dtype, self.epsilon,
+            scale=_value(self.scale), bias=_value(self.bias),
         )
 
 
 class RMSNorm(Module):
-    """Scales each example by the root mean square over ``reduction_axes`` (no centering)."""
+    """Scales each example by its root mean square over ``reduction_axes`` (no centering).
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> rms = nnx.RMSNorm(2, rngs=nnx.Rngs(0))
+    >>> [round(v, 3) for v in rms(jnp.array([[3.0, 4.0]]))[0].tolist()]
+    [0.849, 1.131]
+    """
 
     def __init__(
         self,
         num_features: int,
         *,
         epsilon: float = 1e-6,
-        dtype: tp.Any = None,
-        param_dtype: tp.Any = jnp.float32,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
         use_scale: bool = True,
         scale_init: Initializer = initializers.ones_init(),
-        reduction_axes: int | tp.Sequence[int] = -1,
-        feature_axes: int | tp.Sequence[int] = -1,
+        reduction_axes: Axes = -1,
+        feature_axes: Axes = -1,
         axis_name: str | None = None,
         axis_index_groups: tp.Any = None,
         use_fast_variance: bool = True,
@@ -223,11 +230,116 @@ class RMSNorm(Module):
         self.use_fast_variance = use_fast_variance
 
     def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
-        reduction_axes = _canon_axes(x.ndim, self.reduction_axes)
-        feature_axes = _canon_axes(x.ndim, self.feature_axes)
-        mean, var = _compute_stats(x, reduction_axes, self.dtype, self.axis_name,
-                                   self.axis_index_groups, use_mean=False)
-        return _normalize(
-            x, mean, var, self.scale.value if self.scale is not None else None, None,
-            reduction_axes, feature_axes, self.dtype, self.epsilon,
+        """Normalizes ``x`` by its root mean square; ``mask`` limits the statistics."""
+        _check_mask("RMSNorm", x, mask)
+        canonicalize_axes(x.ndim, self.reduction_axes, "RMSNorm", "reduction_axes")
+        mean, var = compute_stats(
+            x, self.reduction_axes, self.dtype, self.axis_name, self.axis_index_groups,
+            use_mean=False, use_fast_variance=self.use_fast_variance, mask=mask,
+        )
+        return normalize(
+            x, mean, var, self.reduction_axes, self.feature_axes, self.dtype, self.epsilon,
+            scale=_value(self.scale),
+        )
+
+
+class GroupNorm(Module):
+    """Normalizes groups of channels (last axis) together with the other non-batch axes.
+
+    Give ``num_groups`` (default 32) or ``group_size`` (then pass ``num_groups=None``);
+    ``num_features`` must split evenly into the groups.
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> gn = nnx.GroupNorm(4, num_groups=2, rngs=nnx.Rngs(0))
+    >>> gn(jnp.ones((1, 3, 4))).shape
+    (1, 3, 4)
+    """
+
+    def __init__(
+        self,
+        num_features: int,
+        num_groups: int | None = 32,
+        group_size: int | None = None,
+        *,
+        epsilon: float = 1e-6,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        use_bias: bool = True,
+        use_scale: bool = True,
+        bias_init: Initializer = initializers.zeros_init(),
+        scale_init: Initializer = initializers.ones_init(),
+        reduction_axes: Axes | None = None,
+        axis_name: str | None = None,
+        axis_index_groups: tp.Any = None,
+        use_fast_variance: bool = True,
+        rngs: Rngs,
+    ) -> None:
+        if (num_groups is None) == (group_size is None):
+            raise ValueError(
+                "Either `num_groups` or `group_size` should be specified. GroupNorm got "
+                f"num_groups={num_groups}, group_size={group_size}; to give group_size, pass "
+                "num_groups=None as well."
+            )
+        if group_size is not None:
+            if num_features % group_size:
+                raise ValueError(
+                    f"Number of features ({num_features}) is not multiple of the group size "
+                    f"({group_size}). Choose a group_size that divides {num_features}."
+                )
+            num_groups = num_features // group_size
+        if num_groups <= 0 or num_features % num_groups:
+            raise ValueError(
+                f"Number of groups ({num_groups}) does not divide the number of features "
+                f"({num_features}). Choose num_groups among the divisors of {num_features}."
+            )
+        shape = (num_features,)
+        self.scale = Param(scale_init(rngs.params(), shape, param_dtype)) if use_scale else None
+        self.bias = Param(bias_init(rngs.params(), shape, param_dtype)) if use_bias else None
+        self.num_features = num_features
+        self.num_groups = num_groups
+        self.group_size = num_features // num_groups
+        self.epsilon = epsilon
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.use_bias = use_bias
+        self.use_scale = use_scale
+        self.bias_init = bias_init
+        self.scale_init = scale_init
+        self.reduction_axes = reduction_axes
+        self.axis_name = axis_name
+        self.axis_index_groups = axis_index_groups
+        self.use_fast_variance = use_fast_variance
+
+    def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
+        """Normalizes ``x`` of shape ``(batch, ..., num_features)``."""
+        _check_mask("GroupNorm", x, mask)
+        if self.reduction_axes is not None:
+            reduction_axes = self.reduction_axes
+        else:
+            reduction_axes = list(range(1, x.ndim - 1)) + [-1]
+        reduction_axes = canonicalize_axes(x.ndim, reduction_axes, "GroupNorm", "reduction_axes")
+        if x.ndim - 1 not in reduction_axes:
+            raise ValueError(
+                "The reduction axes must include the final dimension as this is assumed to be "
+                f"the feature axis. GroupNorm got reduction_axes={self.reduction_axes} for "
+                f"inputs of shape {x.shape}; add -1."
+            )
+        other_axes = tuple(ax for ax in reduction_axes if ax != x.ndim - 1)
+        groups, size = self.num_groups, self.group_size
+        group_shape = x.shape[:-1] + (groups, size)
+        if mask is not None:
+            mask = jnp.reshape(mask, mask.shape[:-1] + (groups, size))
+        mean, var = compute_stats(
+            jnp.reshape(x, group_shape), other_axes + (x.ndim,), self.dtype, self.axis_name,
+            self.axis_index_groups, use_fast_variance=self.use_fast_variance, mask=mask,
+        )
+
+        def per_channel(stat: Array) -> Array:
+            spread = jnp.broadcast_to(stat[..., None], stat.shape + (size,))
+            return jnp.reshape(spread, stat.shape[:-1] + (groups * size,))
+
+        return normalize(
+            x, per_channel(mean), per_channel(var), other_axes, -1, self.dtype, self.epsilon,
+            scale=_value(self.scale), bias=_value(self.bias),
         )

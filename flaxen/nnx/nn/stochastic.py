@@ -52,7 +52,9 @@ class Dropout(Module):
         rngs = rngs if rngs is not None else self.rngs
         if rngs is None:
             raise ValueError(
-                "Dropout needs RNG keys while not deterministic: pass rngs=nnx.Rngs(dropout=0) "
+                "`deterministic` is False, but no `rngs` argument was provided to Dropout as "
+                "either a __call__ argument or class attribute. Dropout draws its mask from the "
+                f"{self.rng_collection!r} stream: pass rngs=nnx.Rngs({self.rng_collection}=0) "
                 "to the constructor or to the call, or call it with deterministic=True "
                 "(model.eval())."
             )
