@@ -43,6 +43,7 @@ from flaxen.linen.spmd import (
     LogicalPartitionSpecPytree,
     LogicalRules,
     RulesFallback,
+    _with_sharding_constraint,  # noqa: F401 - Flax exposes it here (tests replace it)
     get_logical_axis_rules,
     logical_axis_rules,
     logical_to_mesh,
@@ -86,9 +87,28 @@ def _current_module(module: Any, what: str) -> Any:
     return module
 
 
-def _check_axes(name: str, axes: tuple | None, value: Any) -> None:
+def _is_names(x: Any) -> bool:
+    return isinstance(x, (tuple, PartitionSpec)) and all(
+        isinstance(e, str) or e is None for e in x)
+
+
+def _check_axes(name: str, axes: Any, value: Any) -> None:
+    """One name per dimension (an empty tuple names none); pytree axes leaf by leaf."""
+    if not _is_names(axes):
+        for path, names in jax.tree_util.tree_flatten_with_path(axes, is_leaf=_is_names)[0]:
+            try:
+                leaf = functools.reduce(lambda v, k: v[getattr(k, "key", getattr(
+                    k, "idx", None))], path, value)
+            except (KeyError, IndexError, TypeError):
+                raise ValueError(
+                    f"Variable {name!r}: the axes pytree has an entry at "
+                    f"{jax.tree_util.keystr(path)} that the value does not; give axes with "
+                    "the same structure as the value."
+                ) from None
+            _check_axes(name + jax.tree_util.keystr(path), names, leaf)
+        return
     ndim = getattr(value, "ndim", None)
-    if axes is not None and ndim is not None and len(axes) != ndim:
+    if axes and ndim is not None and len(axes) != ndim:
         raise ValueError(
             f"Variable {name!r} has {ndim} dimensions (shape {value.shape}) but "
             f"{len(axes)} axis names {tuple(axes)} were given; give one name per dimension."
@@ -104,8 +124,8 @@ def _record_axes(module: Any, collection: str, name: str, axes: tuple) -> None:
             )
         return new
 
-    module.sow(f"{collection}_axes", f"{name}_axes", AxisMetadata(tuple(axes)),
-               reduce_fn=reduce_fn)
+    names = tuple(axes) if _is_names(axes) else axes
+    module.sow(f"{collection}_axes", f"{name}_axes", AxisMetadata(names), reduce_fn=reduce_fn)
 
 
 def param_with_axes(name: str, init_fn: Callable[..., Any], *init_args: Any,
@@ -120,7 +140,7 @@ def param_with_axes(name: str, init_fn: Callable[..., Any], *init_args: Any,
     value = module.param(name, init_fn, *init_args, **init_kwargs)
     if axes is not None:
         _check_axes(f"params/{name}", axes, value)
-        value = with_sharding_constraint(value, PartitionSpec(*axes))
+        value = with_sharding_constraint(value, tuple(axes) if _is_names(axes) else axes)
         _record_axes(module, "params", name, axes)
     return value
 
@@ -177,7 +197,8 @@ def get_axis_names(axes_metadata: Mapping[str, Any]) -> FrozenDict:
 
     def convert(tree: Any) -> Any:
         if isinstance(tree, AxisMetadata):
-            return PartitionSpec(*tree.names)
+            return jax.tree_util.tree_map(lambda n: PartitionSpec(*n), tree.names,
+                                          is_leaf=_is_names)
         if isinstance(tree, Mapping):
             return {(k[:-5] if isinstance(k, str) and k.endswith("_axes") else k): convert(v)
                     for k, v in tree.items()}

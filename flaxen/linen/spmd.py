@@ -202,10 +202,38 @@ def _context_mesh() -> Mesh | None:
         return None
 
 
-def _constrain_one(x, names, rules, mesh, fallback: RulesFallback):
+def _with_sharding_constraint(x: Any, axis_resources: PartitionSpec | None,
+                              mesh: Mesh | None = None) -> Any:
+    """``jax.lax.with_sharding_constraint(x, axis_resources)`` on ``mesh`` (or the mesh in
+    context); returns ``x`` unchanged when there is no mesh, so one-device runs are untouched.
+    """
+    if mesh is None and _context_mesh() is None:
+        return x
+    if axis_resources is None:
+        return x
+    ndim = getattr(x, "ndim", None)
+    if ndim is not None and len(axis_resources) > ndim:
+        raise ValueError(
+            f"with_logical_constraint: the array has {ndim} dimensions (shape {x.shape}) "
+            f"but the {len(axis_resources)} logical names resolve to {axis_resources}; give "
+            "one name per dimension."
+        )
+    if mesh is not None:
+        _check_mesh_axes(axis_resources, mesh, f"PartitionSpec {axis_resources}")
+        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, axis_resources))
+    return jax.lax.with_sharding_constraint(x, axis_resources)
+
+
+def _constrain_one(x, names, rules: tuple, mesh, fallback: RulesFallback):
     if names is None:
         return x
-    rules = get_logical_axis_rules() if rules is None else _freeze_rules(rules)
+    ndim = getattr(x, "ndim", None)
+    if ndim is not None and len(names) > ndim:
+        raise ValueError(
+            f"with_logical_constraint: the array has {ndim} dimensions (shape {x.shape}) "
+            f"but {len(names)} logical names {tuple(names)} were given; give one name per "
+            "dimension."
+        )
     assigned = _assign(tuple(names), rules)
     missing = [n for n, a in zip(names, assigned) if a is _UNASSIGNED]
     if missing:
@@ -219,15 +247,8 @@ def _constrain_one(x, names, rules, mesh, fallback: RulesFallback):
         if fallback is RulesFallback.NO_CONSTRAINT:
             return x
     spec = PartitionSpec(*(None if a is _UNASSIGNED else a for a in assigned))
-    if getattr(x, "ndim", len(spec)) != len(spec):
-        raise ValueError(
-            f"with_logical_constraint: the array has {x.ndim} dimensions (shape {x.shape}) "
-            f"but {len(spec)} logical names {tuple(names)} were given; give one name per dimension."
-        )
-    if mesh is not None:
-        _check_mesh_axes(spec, mesh, f"Logical names {tuple(names)}")
-        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
-    return jax.lax.with_sharding_constraint(x, spec)
+    # looked up at call time, so tests may replace it
+    return _with_sharding_constraint(x, spec, mesh=mesh)
 
 
 def with_logical_constraint(
@@ -239,10 +260,17 @@ def with_logical_constraint(
 ) -> Any:
     """``jax.lax.with_sharding_constraint`` with logical axis names.
 
-    Outside any mesh (none given and none in context) it returns ``x`` unchanged, so the same
-    model runs on one device untouched.
+    A no-op when no rules are in force (none given and none set) or the names are ``None``,
+    and outside any mesh (none given and none in context), so the same model runs on one
+    device untouched. ``fallback`` says what to do with a name that no rule places.
+
+    >>> import jax.numpy as jnp
+    >>> x = jnp.ones((2, 3))
+    >>> with_logical_constraint(x, ('batch', 'embed'), rules=[('batch', 'data')]) is x
+    True
     """
-    if mesh is None and _context_mesh() is None:
+    rules = get_logical_axis_rules() if rules is None else _freeze_rules(rules)
+    if not rules or logical_axis_resources is None:
         return x
     if _is_logical_spec(logical_axis_resources):
         return jax.tree_util.tree_map(

@@ -117,3 +117,47 @@ def test_legacy_remat_name_and_static_args():
     assert R().apply(v, jnp.ones((1, 2)), False).shape == (1, 2)
     with pytest.raises(ValueError, match="argument 0"):
         P.remat(Flag, static_argnums=0)
+
+
+@pytest.mark.parametrize("axes", [None, ()])
+def test_no_axes_or_empty_axes_are_accepted(axes):
+    class M(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            w = P.param_with_axes("w", nn.initializers.zeros, (2, 2), axes=axes)
+            v = P.variable_with_axes("stats", "s", jnp.zeros, (2, 2), axes=axes)
+            return x + w + v.value
+
+    variables = M().init(KEY, jnp.ones((2, 2)))
+    assert ("params_axes" in variables) == (axes is not None)
+    if axes is not None:  # an empty tuple is recorded: the variable is replicated
+        assert dict(P.get_axis_names(variables["stats_axes"])) == {"s": PartitionSpec()}
+
+
+def test_pytree_param_axes_are_recorded_and_converted_leaf_by_leaf():
+    axes = {"a": ("x", "y"), "b": (("x", "y"), ("y", "x"))}
+
+    def init(key, shape, dtype=jnp.float32):
+        return {"a": jnp.zeros(shape), "b": (jnp.zeros(shape), jnp.ones(shape))}
+
+    class M(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return x + P.param_with_axes("w", init, (2, 2), axes=axes)["b"][1]
+
+    with P.axis_rules((("x", "model"), ("y", "data"))):
+        variables = M().init(KEY, jnp.ones((2, 2)))
+    assert variables["params_axes"]["w_axes"] == P.AxisMetadata(names=axes)
+    assert P.get_axis_names(variables["params_axes"]) == {"w": {
+        "a": PartitionSpec("x", "y"), "b": (PartitionSpec("x", "y"), PartitionSpec("y", "x"))}}
+
+
+def test_pytree_axes_must_follow_the_value():
+    class M(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return P.param_with_axes("w", lambda k, s: {"a": jnp.zeros(s)}, (2,),
+                                     axes={"a": ("x",), "c": ("x",)})
+
+    with pytest.raises(ValueError, match=r"params/w.*\['c'\].*same structure"):
+        M().init(KEY, 1.0)

@@ -115,10 +115,27 @@ def test_constraint_fallbacks(mesh):
 
 
 def test_constraint_rank_mismatch_is_clear(mesh):
-    with pytest.raises(ValueError, match="3 dimensions.*2 logical names"):
-        jax.jit(lambda x: spmd.with_logical_constraint(x, ("batch", "embed"), rules=RULES, mesh=mesh))(
-            jnp.ones((8, 4, 2))
-        )
+    with pytest.raises(ValueError, match="2 dimensions.*3 logical names"):
+        jax.jit(lambda x: spmd.with_logical_constraint(
+            x, ("batch", "embed", "mlp"), rules=RULES, mesh=mesh))(jnp.ones((8, 4)))
+
+
+def test_fewer_names_than_dimensions_leave_the_rest_replicated(mesh):
+    # as in jax.lax.with_sharding_constraint: a short spec says nothing of the last axes
+    y = jax.jit(lambda x: spmd.with_logical_constraint(x, ("batch",), rules=RULES, mesh=mesh))(
+        jnp.ones((8, 4, 2)))
+    assert y.sharding.is_equivalent_to(NamedSharding(mesh, P("data")), 3)
+
+
+def test_constraint_is_a_no_op_without_rules_or_names(monkeypatch, mesh):
+    calls = []
+    monkeypatch.setattr(spmd, "_with_sharding_constraint", lambda *a, **k: calls.append(a))
+    x = jnp.ones((8, 4))
+    assert spmd.with_logical_constraint(x, ("batch", "embed"), mesh=mesh) is x  # no rules
+    assert spmd.with_logical_constraint(x, None, rules=RULES, mesh=mesh) is x
+    assert not calls
+    spmd.with_logical_constraint(x, ("batch", "unknown"), rules=RULES)
+    assert calls == [(x, P("data", None))]
 
 
 def test_mesh_axis_that_does_not_divide_the_dimension_errors(mesh):
