@@ -320,7 +320,7 @@ def as_buffer(part: bytes | np.ndarray) -> bytes | memoryview:
     if type(part) is bytes:
         return part
     # Viewing as uint8 gives a buffer even for dtypes (bfloat16, ...) memoryview cannot express.
-    return memoryview(np.ascontiguousarray(part).reshape(-1).view(np.uint8))
+    return np.ascontiguousarray(part).reshape(-1).view(np.uint8).data
 
 
 def _note_key(e: BaseException, key: Any) -> None:
@@ -542,7 +542,7 @@ def _unchunk(d: dict) -> Any:
     return out.reshape(shape)
 
 
-def decode(encoded: bytes) -> Any:
+def decode(encoded: bytes | bytearray | memoryview) -> Any:
     """Unpacks bytes written by :func:`encode` (or by Flax); arrays come back as numpy."""
     try:
         return msgpack.unpackb(

@@ -304,7 +304,7 @@ def msgpack_serialize(pytree: Any, in_place: bool = False) -> bytes:
     return _msgpack_ext.encode(pytree, MAX_CHUNK_SIZE, sort_keys=not in_place)
 
 
-def msgpack_restore(encoded_pytree: bytes) -> Any:
+def msgpack_restore(encoded_pytree: bytes | bytearray | memoryview) -> Any:
     """Unpacks bytes from :func:`msgpack_serialize` into nested dicts with numpy arrays.
 
     Never executes code from the data. Truncated or corrupted input raises

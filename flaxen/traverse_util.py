@@ -80,10 +80,10 @@ class _NotADictError(TypeError, AssertionError):
     pass
 
 
-_frozen_dict_cls: type | None = None
+_frozen_dict_cls: Any = None
 
 
-def _frozen_dict_type() -> type:
+def _frozen_dict_type() -> Any:
     # Imported on first use: flaxen.core's package init pulls in modules that
     # themselves use traverse_util, so a top-level import would be circular.
     global _frozen_dict_cls
@@ -128,7 +128,7 @@ def flatten_dict(
     if is_leaf is None:
         # Hot path: no per-node callback; plain dicts are by far the common case,
         # so they are tested first and leaves pay one extra isinstance at most.
-        def walk(d: dict, prefix: Path) -> None:
+        def walk(d: Mapping[Any, Any], prefix: Path) -> None:
             for k, v in d.items():
                 path = prefix + (k,)
                 t = type(v)
@@ -530,7 +530,7 @@ class TraverseTree(Traversal):
         yield from jax.tree_util.tree_leaves(inputs)
 
 
-def _sorted_nested(xs: Any, frozen: type) -> dict:
+def _sorted_nested(xs: Any, frozen: Any) -> dict:
     if isinstance(xs, frozen):
         xs = xs._dict
     out = {}

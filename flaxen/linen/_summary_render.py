@@ -127,11 +127,12 @@ def render(title: str, columns: list[str], rows: list[list[str]], footers: list[
         table.add_row(*row)
     table.caption_style = "bold"
     table.caption = caption
+    out = io.StringIO()
     console = rich.console.Console(
-        file=io.StringIO(), **{"force_terminal": True, "force_jupyter": False,
-                               **dict(console_kwargs or {})})
+        file=out, **{"force_terminal": True, "force_jupyter": False,
+                     **dict(console_kwargs or {})})
     console.print(table)
-    return "\n" + console.file.getvalue() + "\n"
+    return "\n" + out.getvalue() + "\n"
 
 
 def right_text(markup: str) -> Any:

@@ -145,7 +145,7 @@ def read_file(path: str, parallel: bool = True) -> memoryview:
             return memoryview(f.read()).toreadonly()
     size = os.path.getsize(path)
     buf = np.empty(size, np.uint8)  # uninitialised: the reads overwrite every byte
-    view = memoryview(buf)
+    view = buf.data
     fd = os.open(path, os.O_RDONLY)
     try:
         if not parallel or size <= _READ_CHUNK:

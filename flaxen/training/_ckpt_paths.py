@@ -60,6 +60,7 @@ def safe_normpath(path: str | os.PathLike) -> str:
     """``os.path.normpath`` that leaves a URL scheme (``gs://``) intact."""
     path = os.fspath(path)
     match = re.match(r"^(?P<scheme>[a-z][a-z0-9.+-]+://)?(?P<path>.*)", path)
+    assert match is not None  # the pattern matches every string
     scheme = match.group("scheme") or ""
     return scheme + os.path.normpath(match.group("path"))
 

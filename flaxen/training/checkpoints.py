@@ -519,10 +519,11 @@ def restore_checkpoint(
             logger.info("Found no checkpoint directory at %s", ckpt_dir)
             return target
         if io.isdir(ckpt_dir) and not is_orbax_checkpoint(ckpt_dir):
-            ckpt_path = latest_checkpoint(ckpt_dir, prefix)
-            if ckpt_path is None:
+            latest = latest_checkpoint(ckpt_dir, prefix)
+            if latest is None:
                 logger.info("Found no checkpoint files in %s with prefix %s", ckpt_dir, prefix)
                 return target
+            ckpt_path = latest
         else:
             ckpt_path = ckpt_dir
 
