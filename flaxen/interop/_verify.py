@@ -225,6 +225,44 @@ def _linen_record(intermediates: Any, prefix: tuple = ()) -> dict[str, Any]:
     return out
 
 
+def _pair_paths(pairs: list, record: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """torch module name -> (flaxen path whose output to compare, kind).
+
+    A torch RNN's output is its last layer's (both directions concatenated when it is
+    bidirectional). Where the flaxen cell sits under its wrapper (``.../cell``) the wrapper
+    is that path; where the cell was built in the parent (``LSTMCell_0`` beside ``RNN_0``),
+    the wrappers are taken in call order (``RNN_*``, or ``Bidirectional_*``).
+    """
+    out: dict[str, tuple[str, str]] = {}
+    wrappers = {kind: [k for k in record if k.rpartition("/")[2].startswith(kind)]
+                for kind in ("RNN", "Bidirectional")}
+    used = {"RNN": 0, "Bidirectional": 0}
+    recurrent: dict[str, list] = {}
+    for s, t in pairs:
+        if s.kinds[0] in ("lstm", "gru", "rnn"):
+            recurrent.setdefault(s.prefix.rpartition(".")[0], []).append((s, t))
+        else:
+            out.setdefault(s.prefix, ("/".join(map(str, t.path)), t.kind))
+    for tname, group in recurrent.items():
+        s, t = group[-1]
+        bidir = bool(getattr(s.module, "bidirectional", False)) or any(
+            u.prefix.endswith("_reverse") for u, _ in group)
+        layers = len({u.prefix.rpartition(".")[2].split("_")[0] for u, _ in group})
+        path = list(map(str, t.path))
+        if path and path[-1] == "cell":
+            path = path[:-1][:-1] if bidir else path[:-1]
+            out[tname] = ("/".join(path), t.kind)
+            continue
+        kind = "Bidirectional" if bidir else "RNN"
+        idx = used[kind] + layers - 1
+        used[kind] += layers
+        if bidir:
+            used["RNN"] += 2 * layers
+        if idx < len(wrappers[kind]):
+            out[tname] = (wrappers[kind][idx], t.kind)
+    return out
+
+
 def causes_for(kind: str, module: Any, between: list[tuple[str, Any]], first: bool,
                after_spatial: bool = False, max_abs: float = float("inf")) -> list[str]:
     """Known reasons a layer of ``kind`` diverges, given the torch modules run before it."""
@@ -329,15 +367,7 @@ def verify(torch_module: Any, flaxen_module: Any, variables: Any, inputs: Any, r
                                            mutable=["intermediates"], **(flaxen_kwargs or {}))
         record = _linen_record(state.get("intermediates", {}))
 
-    pair_of: dict[str, tuple[str, str]] = {}  # torch module name -> (flaxen path, kind)
-    for s, t in the_plan.pairs:
-        tname = s.prefix
-        if s.kinds[0] in ("lstm", "gru", "rnn"):
-            tname = s.prefix.rpartition(".")[0]
-        path = list(map(str, t.path))
-        if t.kind in ("lstm", "gru", "rnn") and path and path[-1] == "cell":
-            path = path[:-1]
-        pair_of.setdefault(tname, ("/".join(path), t.kind))
+    pair_of = _pair_paths(the_plan.pairs, record)
 
     rows: list[Row] = []
     first, causes = None, []

@@ -125,3 +125,27 @@ def test_nnx_models_are_compared_layer_by_layer(capsys):
     assert type(model.conv) is nnx.Conv  # the recording hooks are gone again
     report.show()
     assert "All compared outputs match" in capsys.readouterr().out
+
+
+def test_recurrent_models_compare_the_last_layer():
+    seed(5)
+    t = m.TorchLM()
+    ids = np.random.RandomState(0).randint(0, 11, size=(2, 4))
+    v = fxt.convert(t, jax.eval_shape(m.LM().init, KEY, ids))
+    report = fxt.verify(t, m.LM(), v, torch.from_numpy(ids), flaxen_inputs=ids)
+    assert report.ok, str(report)
+    assert [r.flaxen_path for r in report.rows] == ["Embed_0", "RNN_1", "Dense_0"]
+
+    bi = torch.nn.GRU(3, 4, num_layers=2, bidirectional=True, batch_first=True)
+
+    class Stack(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            for _ in range(2):
+                x = nn.Bidirectional(nn.RNN(nn.GRUCell(4)), nn.RNN(nn.GRUCell(4)))(x)
+            return x
+
+    x = rand(2, 5, 3)
+    v = fxt.convert(bi, jax.eval_shape(Stack().init, KEY, x))
+    report = fxt.verify(bi, Stack(), v, x)
+    assert report.ok, str(report)
