@@ -25,7 +25,8 @@ def _pure_jax_loss(params: dict, x: jax.Array) -> jax.Array:
         c, h = carry
 
         def gate(name):
-            return xt @ p["i" + name]["kernel"] + h @ p["h" + name]["kernel"] + p["h" + name]["bias"]
+            return (xt @ p["i" + name]["kernel"] + h @ p["h" + name]["kernel"]
+                    + p["h" + name]["bias"])
 
         i, f = jax.nn.sigmoid(gate("i")), jax.nn.sigmoid(gate("f"))
         g, o = jnp.tanh(gate("g")), jax.nn.sigmoid(gate("o"))

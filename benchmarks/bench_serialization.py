@@ -40,7 +40,8 @@ def _tree(total_bytes: int, n_layers: int = 1000) -> tuple[dict, int]:
         kernel_shape = (*base[:-2], max(1, rows // int(np.prod(base[:-2], dtype=int))), out)
         kernel = jnp.full(kernel_shape, i % 7, dtype)
         bias = jnp.full((out,), 0.5, dtype)
-        tree.setdefault(f"block_{i // 50}", {})[f"Dense_{i % 50}"] = {"kernel": kernel, "bias": bias}
+        block = tree.setdefault(f"block_{i // 50}", {})
+        block[f"Dense_{i % 50}"] = {"kernel": kernel, "bias": bias}
         nbytes += kernel.nbytes + bias.nbytes
     return {"params": tree}, nbytes
 

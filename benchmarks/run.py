@@ -16,7 +16,8 @@ from benchmarks._harness import format_results
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("suites", nargs="*", help="substrings of suite names (bench_<name>.py)")
     parser.add_argument("--quick", action="store_true", help="fewer rounds and smaller sizes")
     args = parser.parse_args(argv)

@@ -70,8 +70,10 @@ class _EmptyNode:
 
 empty_node = _EmptyNode()
 
-jax.tree_util.register_pytree_node(_EmptyNode, lambda _: ((), None), lambda _aux, _children: empty_node)
-serialization.register_serialization_state(_EmptyNode, lambda _: {}, lambda _target, _state: empty_node)
+jax.tree_util.register_pytree_node(
+    _EmptyNode, lambda _: ((), None), lambda _aux, _children: empty_node)
+serialization.register_serialization_state(
+    _EmptyNode, lambda _: {}, lambda _target, _state: empty_node)
 
 
 class _NotADictError(TypeError, AssertionError):
@@ -276,7 +278,7 @@ def _fill(xs: Mapping[Any, Any], sep: str | None, result: dict, nodes: list[dict
 
 
 def _check_paths(xs: Mapping[Any, Any], error: BaseException | None) -> None:
-    """Raises the error that the keys of ``xs`` deserve (empty path, leaf/sub-dict conflict), if any."""
+    """Raises the error the keys of ``xs`` deserve (empty path, leaf/sub-dict conflict), if any."""
     try:
         keys = {tuple(path) for path in xs}
     except TypeError:
@@ -447,7 +449,10 @@ def _is_namedtuple(x: Any) -> bool:
 
 
 class TraverseAttr(Traversal):
-    """Selects attribute ``attr``; updates build a copy (``dataclasses.replace``, ``_replace`` or ``copy``)."""
+    """Selects attribute ``attr``; updates build a copy.
+
+    The copy is made with ``dataclasses.replace``, ``_replace`` (named tuples) or ``copy``.
+    """
 
     def __init__(self, attr: str):
         self._attr = attr

@@ -70,7 +70,8 @@ def test_unflatten_conflicts_and_empty_paths_raise():
     with pytest.raises(ValueError, match="empty path"):
         tu.unflatten_dict({(): 1})
     assert tu.unflatten_dict(FrozenDict({("a", "b"): 1})) == {"a": {"b": 1}}
-    assert tu.unflatten_dict({"ab": 1, ("c",): 2}) == {"a": {"b": 1}, "c": 2}  # str keys are paths too
+    # str keys are paths too
+    assert tu.unflatten_dict({"ab": 1, ("c",): 2}) == {"a": {"b": 1}, "c": 2}
     assert tu.unflatten_dict({("a",): None, ("b", "c"): None}) == {"a": None, "b": {"c": None}}
     with pytest.raises(ValueError, match="both a leaf and a sub-dict"):
         tu.unflatten_dict({("a",): None, ("a", "b"): 1})
@@ -265,7 +266,8 @@ def test_unflatten_never_writes_into_leaves():
         tu.unflatten_dict({("x", "y"): 0, ("a",): leaf, ("a", "b", "c"): 1})
     assert leaf == {"b": {}}
     with pytest.raises(ValueError, match="holds a leaf"):  # a revisit after other keys
-        tu.unflatten_dict({("a", "b", "c"): 1, ("d", "e", "f"): 2, ("a", "b"): 3, ("a", "b", "g"): 4})
+        tu.unflatten_dict(
+            {("a", "b", "c"): 1, ("d", "e", "f"): 2, ("a", "b"): 3, ("a", "b", "g"): 4})
     with pytest.raises(ValueError, match="holds a leaf"):
         tu.unflatten_dict({("a",): tu.empty_node, ("a", "b"): 1})
     ordered = collections.OrderedDict(x=1)
@@ -273,7 +275,8 @@ def test_unflatten_never_writes_into_leaves():
         tu.unflatten_dict({("a",): ordered, ("a", "b"): 1})
     assert ordered == {"x": 1}
     # Revisiting a sub-dict built earlier is fine.
-    flat = {("a", "b", "c"): 1, ("d", "e", "f"): 2, ("a", "b", "g"): 3, ("a", "h", "i"): {"leaf": 1}}
+    flat = {("a", "b", "c"): 1, ("d", "e", "f"): 2, ("a", "b", "g"): 3,
+            ("a", "h", "i"): {"leaf": 1}}
     assert _same(tu.unflatten_dict(flat), _slow_unflatten(flat))
     with pytest.raises(TypeError):
         tu.unflatten_dict({1: 2})

@@ -543,7 +543,8 @@ def restore_checkpoint(
     except ValueError as e:
         raise ValueError(
             f'Checkpoint file "{ckpt_path}" is corrupt or is not a flax/flaxen checkpoint '
-            f"({e}). Delete it and restore an earlier step ({_steps_hint(os.path.dirname(ckpt_path), prefix)})."
+            f"({e}). Delete it and restore an earlier step "
+            f"({_steps_hint(os.path.dirname(ckpt_path), prefix)})."
         ) from e
     del contents
     if target is None:
