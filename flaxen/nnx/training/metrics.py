@@ -69,11 +69,12 @@ class Accuracy(Average):
     """Fraction of ``argmax(logits, -1) == labels``; ``update(logits=..., labels=...)``."""
 
     def update(self, *, logits: jax.Array, labels: jax.Array, **_: tp.Any) -> None:  # type: ignore[override]
-        if logits.ndim != labels.ndim + 1 or labels.dtype not in (jnp.int32, jnp.int64):
+        if logits.ndim != labels.ndim + 1 or not jnp.issubdtype(labels.dtype, jnp.integer):
             raise ValueError(
-                f"Accuracy.update expects logits of shape (..., classes) and integer labels of "
-                f"shape (...); got logits {logits.shape} and labels {labels.shape} "
-                f"({labels.dtype})."
+                f"Expected integer labels of shape (...) and logits of shape (..., classes) "
+                f"(logits.ndim == labels.ndim + 1); Accuracy.update got logits {logits.shape} "
+                f"and labels {labels.shape} ({labels.dtype}). Pass class indices as labels, "
+                "e.g. labels.argmax(-1) for one-hot labels."
             )
         super().update(values=(jnp.argmax(logits, axis=-1) == labels))
 
