@@ -143,16 +143,19 @@ def _capture_call(module: Any, method_name: str) -> bool:
 
 
 def _scope_fn(fn: Callable, module: Any, keep: Any) -> Callable[..., Any]:
+    # A bound Module's submodule fields are bound too: copy them unbound, so that they are
+    # adopted into the new variables instead of writing into the old ones.
+    deep = module.__dict__.get("scope") is not None
     if keep is None:
         def scope_fn(scope: Any, *args: Any, **kwargs: Any) -> Any:
-            bound = clone(module, scope)
+            bound = clone(module, scope, deep)
             adopt_fields(bound)
             if context.capture_stack:  # shadow an outer apply's capture filter
                 return _with_capture(fn, bound, None, args, kwargs)
             return fn(bound, *args, **kwargs)
     else:
         def scope_fn(scope: Any, *args: Any, **kwargs: Any) -> Any:
-            bound = clone(module, scope)
+            bound = clone(module, scope, deep)
             adopt_fields(bound)
             return _with_capture(fn, bound, keep, args, kwargs)
     return scope_fn

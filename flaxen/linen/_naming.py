@@ -138,8 +138,10 @@ def _adopt_outside(parent: Any, module: Any) -> Any:
     hit = cache.get(id(module))
     if hit is not None:
         return hit[1]
-    keep_name = config.flax_preserve_adopted_names or getattr(
-        type(module), "preserve_adopted_names", False)
+    # The adopting class may decide (class attribute), else the global config.
+    keep_name = getattr(type(parent), "preserve_adopted_names", None)
+    if keep_name is None:
+        keep_name = config.flax_preserve_adopted_names
     clone = module.clone(parent=None, name=None)
     if keep_name and module.name is not None:
         clone.__dict__["name"] = module.name
@@ -177,7 +179,12 @@ def register_submodules(parent: Any, attr: str, value: Any) -> Any:
         if isinstance(v, tuple) and hasattr(v, "_fields"):  # namedtuple: keep its type
             return t(*[visit(x, f"{suffix}_{i}") for i, x in enumerate(v)])
         if isinstance(v, Mapping) and not isinstance(v, ModuleBase):
-            return FrozenDict({k: visit(x, f"{suffix}_{k}") for k, x in v.items()})
+            keys = list(v)
+            try:  # name in key order, as a pytree flattens a dict
+                keys.sort()
+            except TypeError:
+                pass
+            return FrozenDict({k: visit(v[k], f"{suffix}_{k}") for k in keys})
         return v
 
     frozen = visit(value, "")

@@ -34,6 +34,7 @@ from flaxen.linen._transform_wrap import (
     is_module_class,
     method_trafo_args,
     module_fingerprint,
+    plan_key,
     prewrap,
     reimport_state,
     restore_args,
@@ -54,11 +55,12 @@ def _state_fingerprint(st: ModuleState) -> tuple:
 class _JitModule:
     """The static argument standing for the Module: equal when the configuration is."""
 
-    __slots__ = ("template", "snapshot", "owner_state", "key", "_hash")
+    __slots__ = ("template", "snapshot", "owner_state", "fields", "key", "_hash")
 
     def __init__(self, template: Any, snapshot: ModuleState, owner_state: ModuleState,
-                 args: tuple, kwargs: dict) -> None:
+                 args: tuple, kwargs: dict, fields: dict | None = None) -> None:
         self.template = template
+        self.fields = fields
         self.snapshot = snapshot
         self.owner_state = owner_state
         arg_fps = tuple(
@@ -66,7 +68,8 @@ class _JitModule:
             for leaf in jax.tree_util.tree_leaves(
                 (args, kwargs), is_leaf=lambda x: isinstance(x, InstancePlaceholder))
             if isinstance(leaf, InstancePlaceholder))
-        self.key = (module_fingerprint(template), _state_fingerprint(snapshot), arg_fps)
+        self.key = (module_fingerprint(template), _state_fingerprint(snapshot), arg_fps,
+                    plan_key(fields))
         self._hash = hash(self.key)
 
     def __hash__(self) -> int:
@@ -99,8 +102,10 @@ def _lifted(fn: Callable[..., Any], name: str, core_kw: dict) -> Callable[..., A
 
     def core_fn(scopes: Any, module: _JitModule, *args: Any, **kwargs: Any) -> Any:
         scopes = _scopes_list(scopes)
-        clone = clone_onto(module.template, scopes[0], module.snapshot)
-        args, kwargs = restore_args(args, kwargs, scopes)
+        cache: dict = {}
+        clone = clone_onto(module.template, scopes[0], module.snapshot, module.fields, scopes,
+                           cache)
+        args, kwargs = restore_args(args, kwargs, scopes, cache)
         res = fn(clone, *args, **kwargs)
         if len(_STATE_AFTER) >= _MAX_RECORDS:
             _STATE_AFTER.clear()
@@ -115,9 +120,11 @@ def _lifted(fn: Callable[..., Any], name: str, core_kw: dict) -> Callable[..., A
 
 def _call(trafo_fn: Callable[..., Any], self: Any, template: Any, name: str,
           args: tuple, kwargs: dict) -> Any:
-    scopes, args, kwargs = collect_scopes(self, args, kwargs, name)
+    fields: dict = {}
+    scopes, args, kwargs = collect_scopes(self, args, kwargs, name, fields)
     owner_state = self._state
-    module = _JitModule(template, export_state(owner_state), owner_state, args, kwargs)
+    module = _JitModule(template, export_state(owner_state), owner_state, args, kwargs,
+                        fields)
     out = trafo_fn(scopes, module, *args, **kwargs)
     after = _STATE_AFTER.get(module.key)
     if after is not None:

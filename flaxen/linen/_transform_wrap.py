@@ -201,16 +201,20 @@ def _field_plans(module: Any, index: _ScopeIndex, depth: int = 0) -> dict:
     return out
 
 
-def _rebuild(p: Any, scopes: list[Scope]) -> Any:
+def _rebuild(p: Any, scopes: list[Scope], cache: dict) -> Any:
     if isinstance(p, _ModulePlan):
         m = p.module
-        clone = m.clone(parent=scopes[p.scope_idx], **rebuild_fields(p.fields, scopes))
-        clone.__dict__["_state"] = export_state(m._state)
+        clone = cache.get(id(m))  # one Module held twice stays one clone
+        if clone is None:
+            clone = m.clone(parent=scopes[p.scope_idx],
+                            **rebuild_fields(p.fields, scopes, cache))
+            clone.__dict__["_state"] = export_state(m._state)
+            cache[id(m)] = clone
         return clone
     if isinstance(p, _VariablePlan):
         v = p.variable
         return Variable(scopes[p.scope_idx], v.collection, v.name, unbox=v.unbox)
-    values = [x if sub is None else _rebuild(sub, scopes) for sub, x in p.items]
+    values = [x if sub is None else _rebuild(sub, scopes, cache) for sub, x in p.items]
     if issubclass(p.kind, Mapping):
         return p.kind(dict(zip(p.keys, values)))
     if hasattr(p.kind, "_fields"):  # namedtuple
@@ -218,11 +222,17 @@ def _rebuild(p: Any, scopes: list[Scope]) -> Any:
     return p.kind(values)
 
 
-def rebuild_fields(plans: dict | None, scopes: list[Scope]) -> dict:
-    """Field updates putting the Modules/Variables of ``plans`` onto the inner ``scopes``."""
+def rebuild_fields(plans: dict | None, scopes: list[Scope], cache: dict | None = None
+                   ) -> dict:
+    """Field updates putting the Modules/Variables of ``plans`` onto the inner ``scopes``.
+
+    ``cache`` (original Module id -> clone) is shared with :func:`restore_args`, so a
+    Module passed both as a field and as an argument becomes one clone.
+    """
     if not plans:
         return {}
-    return {f: _rebuild(p, scopes) for f, p in plans.items()}
+    cache = {} if cache is None else cache
+    return {f: _rebuild(p, scopes, cache) for f, p in plans.items()}
 
 
 def plan_key(plans: dict | None) -> Any:
@@ -246,7 +256,8 @@ def _is_placeholder(x: Any) -> bool:
     return isinstance(x, (InstancePlaceholder, VariablePlaceholder))
 
 
-def restore_args(args: tuple, kwargs: dict, scopes: list[Scope]) -> tuple[tuple, dict]:
+def restore_args(args: tuple, kwargs: dict, scopes: list[Scope], cache: dict | None = None
+                 ) -> tuple[tuple, dict]:
     """Replaces placeholders by clones of the Modules (Variables) on the inner scopes."""
     if not args and not kwargs:
         return args, kwargs
@@ -257,7 +268,13 @@ def restore_args(args: tuple, kwargs: dict, scopes: list[Scope]) -> tuple[tuple,
     for leaf in leaves:
         if isinstance(leaf, InstancePlaceholder):
             mod = leaf.module
-            new_leaves.append(clone_onto(mod, scopes[leaf.scope_idx], mod._state))
+            clone = None if cache is None else cache.get(id(mod))
+            if clone is None:
+                clone = mod.clone(parent=scopes[leaf.scope_idx], _deep_clone=True)
+                clone.__dict__["_state"] = export_state(mod._state)
+                if cache is not None:
+                    cache[id(mod)] = clone
+            new_leaves.append(clone)
         elif isinstance(leaf, VariablePlaceholder):
             new_leaves.append(Variable(scopes[leaf.scope_idx], leaf.collection, leaf.name,
                                        unbox=leaf.unbox))
@@ -286,11 +303,13 @@ def export_state(st: ModuleState) -> ModuleState:
 
 
 def clone_onto(module: Any, scope: Scope, state: ModuleState,
-               fields: dict | None = None, scopes: list[Scope] | None = None) -> Any:
+               fields: dict | None = None, scopes: list[Scope] | None = None,
+               cache: dict | None = None) -> Any:
     """A deep clone of ``module`` bound to ``scope`` (inside a transform), inheriting the
     bookkeeping of ``state`` (see :func:`export_state`); the field Modules/Variables of
     the plan ``fields`` are bound to their inner ``scopes``."""
-    clone = module.clone(parent=scope, _deep_clone=True, **rebuild_fields(fields, scopes))
+    clone = module.clone(parent=scope, _deep_clone=True,
+                         **rebuild_fields(fields, scopes, cache))
     clone.__dict__["_state"] = export_state(state)
     return clone
 
@@ -383,8 +402,9 @@ def run_on_clone(fn: Callable, template: Any, state: ModuleState, owner_state: M
                  scopes: list[Scope], args: tuple, kwargs: dict, name: str | None,
                  fields: dict | None = None) -> Any:
     """Inside a transform: binds a clone of ``template`` to ``scopes[0]`` and runs ``fn``."""
-    clone = clone_onto(template, scopes[0], state, fields, scopes)
-    args, kwargs = restore_args(args, kwargs, scopes)
+    cache: dict = {}
+    clone = clone_onto(template, scopes[0], state, fields, scopes, cache)
+    args, kwargs = restore_args(args, kwargs, scopes, cache)
     res = fn(clone, *args, **kwargs)
     reimport_state(owner_state, clone._state)
     check_return_value(res, name)
@@ -410,7 +430,8 @@ def decorator_lift_transform(transform: Callable[..., Any], class_fn: Any, *traf
     names = tuple(_fn_name(f) for f in class_fns)
 
     def wrapped_fn(self: Any, *args: Any, **kwargs: Any) -> Any:
-        fields: dict = {}
+        # Single-scope core transforms (vjp, jvp, ...) take field Modules unbound, as before.
+        fields: dict | None = {} if multi_scope else None
         scopes, args, kwargs = collect_scopes(self, args, kwargs, names[0], fields)
         owner_state = self._state
         snapshot = export_state(owner_state)

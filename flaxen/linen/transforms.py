@@ -488,7 +488,7 @@ def value_and_grad(
     (1, 3)
     """
     out = lift_direct_transform(
-        lift.value_and_grad, (fn,), mdl, *primals, multi_scope=False, has_aux=has_aux,
+        lift.value_and_grad, (fn,), mdl, *primals, multi_scope=True, has_aux=has_aux,
         reduce_axes=reduce_axes, variables=variables, rngs=rngs)
     if has_aux:
         # lift.value_and_grad gives (y, aux, grads), as in Flax; linen nests (y, aux).
