@@ -126,7 +126,7 @@ class FlatGraph:
 
     def still_valid(self) -> bool:
         for obj, treedef, leaves in self.containers:
-            new_leaves, new_def = _tree_flatten(obj)
+            new_leaves, new_def = _tree_flatten(obj, is_leaf=_is_graph_leaf)
             if new_def != treedef or len(new_leaves) != len(leaves):
                 return False
             for a, b in zip(new_leaves, leaves):
@@ -185,7 +185,7 @@ def flatten(roots: tp.Sequence[tp.Any], root_paths: tp.Sequence[tuple] | None = 
                 pass  # an unhashable constant container: a pytree node, copied on merge
         children, treedef = flatten_pytree(x)
         if not isinstance(x, tuple):
-            containers.append((x, *_tree_flatten(x)[::-1]))
+            containers.append((x, full_def, full))
         attrs = tuple((k, visit(c, (*path, k))) for k, c in children)
         return NodeDef(PytreeType, -1, attrs, treedef)
 

@@ -26,10 +26,9 @@ import numpy as np
 from flaxen import traceback_util
 from flaxen.errors import NNXTransformError
 from flaxen.nnx import _lift, filterlib
-from flaxen.nnx._graph_engine import path_str
 from flaxen.nnx._graphdef import var_def_paths
 from flaxen.nnx.module import Module
-from flaxen.nnx.rnglib import RngCount, RngKey, RngState
+from flaxen.nnx.rnglib import RngKey, RngState
 from flaxen.nnx.transforms import jit, remat
 
 PARTITION_NAME = "partition_name"
@@ -41,14 +40,7 @@ def _state_axis(path: tuple, var: tp.Any, axes: tp.Sequence[tuple[tp.Callable, t
     for pred, axis in axes:
         if pred(path, var):
             return axis
-    raise NNXTransformError(
-        path_str(path), f"state_axes: this {_type_name(var)} matches none of the state_axes "
-        "filters", "Add a filter for it (e.g. {...: 0} as the last entry).")
-
-
-def _type_name(v: tp.Any) -> str:
-    t = getattr(v, "type", None)
-    return t.__name__ if isinstance(t, type) else type(v).__name__
+    return None  # state no filter names is broadcast
 
 
 def _axes_items(state_axes: tp.Mapping) -> list[tuple[tp.Callable, tp.Any]]:
@@ -80,8 +72,8 @@ def _plan_vars(lift: _lift.Lift, state_axes: tp.Mapping, split_rngs: tp.Any) -> 
             if p[:-1] in stacked_streams:
                 stacked = isinstance(v, RngKey) or getattr(v.raw_value, "ndim", 0) > 0
                 plan.append(("axis", 0) if stacked else ("bcast", None))
-            elif p[:-1] in split_streams:
-                plan.append(("split", None))
+            elif p[:-1] in split_streams and isinstance(v, RngKey):
+                plan.append(("split", None))  # its count is broadcast and written back
             else:
                 plan.append(("bcast", None))
         else:
@@ -106,7 +98,8 @@ def _leaf_axes(args: tuple, kwargs: dict, in_axes: tp.Any, in_axes_kwargs: tp.An
 
 
 def _split_keys(lift: _lift.Lift, plan: list, n: int) -> dict[int, tp.Any]:
-    """New per-slice values for split RNG state; advances the outer streams by one."""
+    """Per-slice keys of the split RNG streams: ``split(fold_in(key, count), n)``. The
+    outer key is kept; the count is broadcast, so the draws made inside advance it."""
     out: dict[int, tp.Any] = {}
     flat = lift.flat
     if flat is None:
@@ -120,8 +113,6 @@ def _split_keys(lift: _lift.Lift, plan: list, n: int) -> dict[int, tp.Any]:
         key = flat.variables[ki].raw_value
         count = flat.variables[ci].raw_value if ci is not None else 0
         out[ki] = jax.random.split(jax.random.fold_in(key, count), n)
-        if ci is not None:
-            out[ci] = jnp.zeros((n,), jnp.uint32)
     return out
 
 
@@ -201,7 +192,6 @@ def _settle_outputs(lift: _lift.Lift, plan: list, values: list, new_values: list
     pairs = dict(out.idx_pairs)
     var_pos = {d.index: pos for pos, (_, d) in enumerate(var_def_paths(lift.static.defs))}
     items = _axes_items(state_axes)
-    flat = lift.flat
     fixed = []
     new_axes = []
     for x, (path, d) in zip(new_values, out.var_paths):
@@ -209,9 +199,8 @@ def _settle_outputs(lift: _lift.Lift, plan: list, values: list, new_values: list
         if outer is not None and outer in var_pos:
             pos = var_pos[outer]
             kind, a = plan[pos]
-            if kind == "split":
-                fixed.append(values[pos] + 1 if isinstance(flat.leaves[pos], RngCount)
-                             else values[pos])
+            if kind == "split":  # the outer stream keeps its key
+                fixed.append(values[pos])
                 new_axes.append(None)
                 continue
             fixed.append(_from_axis0(x, a if kind == "axis" else None))
@@ -360,15 +349,11 @@ def scan(
             body, init, (xs_vars, xs_leaves), length=n, reverse=reverse, unroll=unroll,
             _split_transpose=_split_transpose,
         )
-        flat = lift.flat
         final = list(values)
         for i, v in zip(carried_idx, carried_out):
             final[i] = v
         for i, v in zip(scanned_idx, scanned_out):
-            if plan[i][0] == "split":
-                # the outer stream keeps its key and advances by the one fork
-                if isinstance(flat.leaves[i], RngCount):
-                    final[i] = values[i] + 1
+            if plan[i][0] == "split":  # the outer stream keeps its key
                 continue
             final[i] = _from_axis0(v, plan[i][1])
         items = _axes_items(state_axes)
@@ -389,16 +374,33 @@ def scan(
 # -- module wrappers ---------------------------------------------------------------------------
 
 class _Lifted(Module):
-    """Base of the module wrappers: builds the inner module, transforms its ``__call__``."""
+    """Base of the module wrappers: builds the inner module, transforms its ``__call__``.
+
+    ``Wrapper(Block, **transform_options)`` without ``module_init_args`` /
+    ``module_init_kwargs`` returns a constructor: calling it with ``Block``'s own arguments
+    builds the wrapper (``nnx.Scan(Block, length=4)(rngs=rngs)``), as the spec's examples do.
+    """
 
     _inner_name = "module"
 
+    def __new__(cls, module_constructor: tp.Any = None, *args: tp.Any, **kwargs: tp.Any
+                ) -> tp.Any:
+        if module_constructor is not None and kwargs.get("module_init_args") is None \
+                and kwargs.get("module_init_kwargs") is None:
+            return cls.constructor(module_constructor, *args, **kwargs)
+        return super().__new__(cls)
+
     @classmethod
-    def constructor(cls, module_constructor: tp.Callable[..., Module], **transform_kwargs: tp.Any
-                    ) -> tp.Callable[..., _Lifted]:
+    def constructor(cls, module_constructor: tp.Callable[..., Module], *transform_args: tp.Any,
+                    **transform_kwargs: tp.Any) -> tp.Callable[..., _Lifted]:
+        """A function building ``cls(module_constructor, ...)`` from the module's arguments."""
+        transform_kwargs.pop("module_init_args", None)
+        transform_kwargs.pop("module_init_kwargs", None)
+
+        @functools.wraps(module_constructor)
         def create(*args: tp.Any, **kwargs: tp.Any) -> _Lifted:
-            return cls(module_constructor, **transform_kwargs, module_init_args=args,
-                       module_init_kwargs=kwargs)
+            return cls(module_constructor, *transform_args, **transform_kwargs,
+                       module_init_args=args, module_init_kwargs=kwargs)
 
         return create
 
@@ -422,7 +424,8 @@ class Vmap(_Lifted):
                  spmd_axis_name: tp.Any = None, in_axes_kwargs: tp.Any = 0,
                  state_axes: tp.Mapping = _DEFAULT_STATE_AXES, split_rngs: tp.Any = ...,
                  transform_metadata: tp.Mapping = {},  # noqa: B006 - read only
-                 module_init_args: tuple = (), module_init_kwargs: tp.Mapping = {},  # noqa: B006
+                 module_init_args: tuple | None = None,
+                 module_init_kwargs: tp.Mapping | None = None,
                  ) -> None:
         self.module_constructor = module_constructor
         self.in_axes = in_axes
@@ -438,7 +441,7 @@ class Vmap(_Lifted):
             module_constructor, in_axes=None, in_axes_kwargs=None, axis_size=axis_size,
             state_axes=state_axes,
             split_rngs=split_rngs, transform_metadata=transform_metadata,
-        )(*module_init_args, **dict(module_init_kwargs))
+        )(*(module_init_args or ()), **dict(module_init_kwargs or {}))
 
     def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         in_axes = (None, *self.in_axes) if isinstance(self.in_axes, (tuple, list)) \
@@ -465,7 +468,8 @@ class Scan(_Lifted):
                  state_axes: tp.Mapping = _DEFAULT_STATE_AXES, split_rngs: tp.Any = ...,
                  transform_metadata: tp.Mapping = {},  # noqa: B006 - read only
                  scan_output: bool = True,
-                 module_init_args: tuple = (), module_init_kwargs: tp.Mapping = {},  # noqa: B006
+                 module_init_args: tuple | None = None,
+                 module_init_kwargs: tp.Mapping | None = None,
                  ) -> None:
         if length is None:
             raise ValueError("nnx.Scan needs length= (the number of stacked modules).")
@@ -486,7 +490,7 @@ class Scan(_Lifted):
             module_constructor, in_axes=None, in_axes_kwargs=None, axis_size=length,
             state_axes=state_axes,
             split_rngs=split_rngs, transform_metadata=transform_metadata,
-        )(*module_init_args, **dict(module_init_kwargs))
+        )(*(module_init_args or ()), **dict(module_init_kwargs or {}))
 
     def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         n_args = len(args) + 1
@@ -509,13 +513,15 @@ class Remat(_Lifted):
 
     def __init__(self, module_constructor: tp.Callable[..., Module], prevent_cse: bool = True,
                  static_argnums: tp.Any = (), policy: tp.Any = None, *,
-                 module_init_args: tuple = (), module_init_kwargs: tp.Mapping = {},  # noqa: B006
+                 module_init_args: tuple | None = None,
+                 module_init_kwargs: tp.Mapping | None = None,
                  ) -> None:
         self.module_constructor = module_constructor
         self.prevent_cse = prevent_cse
         self.static_argnums = static_argnums
         self.policy = policy
-        self.remat_module = module_constructor(*module_init_args, **dict(module_init_kwargs))
+        self.remat_module = module_constructor(*(module_init_args or ()),
+                                               **dict(module_init_kwargs or {}))
 
     def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         nums = (self.static_argnums,) if isinstance(self.static_argnums, int) else tuple(
@@ -531,10 +537,12 @@ class Jit(_Lifted):
     _inner_name = "jit_module"
 
     def __init__(self, module_constructor: tp.Callable[..., Module], *,
-                 module_init_args: tuple = (), module_init_kwargs: tp.Mapping = {},  # noqa: B006
+                 module_init_args: tuple | None = None,
+                 module_init_kwargs: tp.Mapping | None = None,
                  **jit_kwargs: tp.Any) -> None:
         self.module_constructor = module_constructor
-        self.jit_module = module_constructor(*module_init_args, **dict(module_init_kwargs))
+        self.jit_module = module_constructor(*(module_init_args or ()),
+                                             **dict(module_init_kwargs or {}))
         object.__setattr__(self, "_jit_fn", None)
         self.__dict__.pop("_jit_fn", None)
         self._jit_kwargs = tuple(sorted(jit_kwargs.items()))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import typing as tp
 
-from flaxen.errors import InvalidFilterError
+from flaxen.errors import InvalidFilterError, NNXFilterError
 
 Path = tuple[tp.Any, ...]
 Predicate = tp.Callable[[Path, tp.Any], bool]
@@ -224,8 +224,8 @@ def filters_to_predicates(filters: tp.Sequence[Filter]) -> tuple[Predicate, ...]
     preds = tuple(to_predicate(f) for f in filters)
     for i, p in enumerate(preds[:-1]):
         if isinstance(p, Everything):
-            raise ValueError(
-                f"Filter number {i} of {list(filters)!r} matches everything, so the filters "
-                "after it would get nothing. Put '...' (or True) last."
-            )
+            raise NNXFilterError(
+                "", f"`...` or `True` can only be used as the last filters: filter number {i} "
+                f"of {list(filters)!r} matches everything, so the filters after it would get "
+                "nothing", "Put `...` (or True) last.")
     return preds

@@ -24,9 +24,12 @@ from __future__ import annotations
 import typing as tp
 from collections.abc import MutableMapping
 
+import jax
+
+from flaxen.errors import SetAttributesNotFoundError, SowTypeError
 from flaxen.nnx import _trace, filterlib
 from flaxen.nnx._graph_node import GraphNode
-from flaxen.nnx.graph import iter_graph
+from flaxen.nnx.graph import iter_graph, merge, split
 from flaxen.nnx.variables import Intermediate, Variable
 
 M = tp.TypeVar("M", bound="Module")
@@ -43,7 +46,28 @@ def _empty_tuple() -> tuple:
 
 
 class Module(GraphNode):
-    """Base class of NNX layers and models (see the module docstring)."""
+    """Base class of NNX layers and models (see the module docstring).
+
+    ``class M(nnx.Module, experimental_pytree=True)`` also registers ``M`` as a JAX pytree
+    (its State leaves are the children, its GraphDef the static part), so ``jax.tree_util``
+    and ``jax.jit`` accept it directly.
+    """
+
+    def __init_subclass__(cls, experimental_pytree: bool = False, **kwargs: tp.Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if experimental_pytree:
+            jax.tree_util.register_pytree_with_keys(
+                cls, _module_flatten_with_keys, _module_unflatten, flatten_func=_module_flatten)
+
+    def __post_init__(self) -> None:
+        # a dataclass Module runs ``setup`` (when it defines one) after its generated __init__
+        setup = getattr(self, "setup", None)
+        if callable(setup):
+            setup()
+
+    def split(self, *filters: filterlib.Filter) -> tuple:
+        """``nnx.split(self, *filters)`` (the spec's method form)."""
+        return split(self, *filters)
 
     def sow(
         self,
@@ -56,12 +80,14 @@ class Module(GraphNode):
         """Records ``value`` in a ``variable_type`` attribute ``name`` (a tuple by default)."""
         if name in self.__dict__:
             var = self.__dict__[name]
+            if not isinstance(var, Variable):
+                raise SowTypeError(
+                    f"/{name}", f"sow: expected {name!r} of {type(self).__name__} to be a "
+                    f"Variable, got a {type(var).__name__}")
             if not isinstance(var, variable_type):
-                raise ValueError(
-                    f"sow: attribute {name!r} of {type(self).__name__} is a "
-                    f"{type(var).__name__}, expected a {variable_type.__name__}. Use another "
-                    "name, or the same variable type as the earlier sow."
-                )
+                raise SowTypeError(
+                    f"/{name}", f"sow: expected {name!r} of {type(self).__name__} to be of type "
+                    f"{variable_type.__name__}, got a {type(var).__name__}")
             var.value = reduce_fn(var.value, value)
         else:
             setattr(self, name, variable_type(reduce_fn(init_fn(), value)))
@@ -85,10 +111,9 @@ class Module(GraphNode):
                     setattr(module, name, value)
                     remaining.discard(name)
         if remaining and raise_if_not_found:
-            raise ValueError(
-                f"set_attributes: no submodule of {type(self).__name__} has the attribute(s) "
-                f"{sorted(remaining)}. Check the names, or pass raise_if_not_found=False."
-            )
+            raise SetAttributesNotFoundError(
+                "", f"set_attributes on {type(self).__name__}: Could not find at least one "
+                f"instance of the following attributes: {remaining}")
 
     def train(self, **attributes: tp.Any) -> None:
         """Training mode: ``deterministic=False``, ``use_running_average=False`` where present."""
@@ -112,6 +137,20 @@ class Module(GraphNode):
         from flaxen.nnx.visualization import module_repr
 
         return module_repr(self)
+
+
+def _module_flatten(m: Module) -> tuple[tuple, tp.Any]:
+    gd, st = split(m)
+    return (st,), gd
+
+
+def _module_flatten_with_keys(m: Module) -> tuple[tuple, tp.Any]:
+    gd, st = split(m)
+    return ((jax.tree_util.GetAttrKey("state"), st),), gd
+
+
+def _module_unflatten(gd: tp.Any, children: tp.Sequence[tp.Any]) -> Module:
+    return merge(gd, children[0])
 
 
 class _InitCaller:

@@ -113,6 +113,10 @@ class Variable(tp.Generic[A]):
     __slots__ = ("raw_value", "_trace_state", "_var_metadata")
     __treescope_repr__ = _treescope.variable_repr
 
+    def __init_subclass__(cls, **kwargs: tp.Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _register_variable_pytree(cls)
+
     def __init__(
         self,
         value: A | VariableMetadata[A],
@@ -289,6 +293,54 @@ class Variable(tp.Generic[A]):
         object.__setattr__(self, "raw_value", state["raw_value"])
         object.__setattr__(self, "_var_metadata", state["_var_metadata"])
         object.__setattr__(self, "_trace_state", _trace.current_trace())
+
+
+class _VarAux:
+    """Hashable tree-structure data of a Variable pytree (type plus metadata)."""
+
+    __slots__ = ("type", "metadata", "_hash")
+
+    def __init__(self, typ: type, metadata: dict) -> None:
+        self.type = typ
+        self.metadata = metadata
+        try:
+            self._hash = hash((typ, tuple(sorted(metadata.items()))))
+        except TypeError:
+            self._hash = hash(typ)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, _VarAux) and self.type is other.type
+                                 and self.metadata == other.metadata)
+
+
+def _var_flatten(v: Variable) -> tuple[tuple, _VarAux]:
+    return (v.raw_value,), _VarAux(type(v), v._var_metadata)
+
+
+def _var_flatten_with_keys(v: Variable) -> tuple[tuple, _VarAux]:
+    return ((jax.tree_util.GetAttrKey("value"), v.raw_value),), _VarAux(type(v),
+                                                                       v._var_metadata)
+
+
+def _var_unflatten(aux: _VarAux, children: tp.Sequence[tp.Any]) -> Variable:
+    var = object.__new__(aux.type)
+    object.__setattr__(var, "_var_metadata", dict(aux.metadata))
+    object.__setattr__(var, "_trace_state", _trace.current_trace())
+    object.__setattr__(var, "raw_value", children[0])
+    return var
+
+
+def _register_variable_pytree(cls: type) -> None:
+    # A Variable is a pytree whose one child is its value, so jax.numpy functions (which
+    # no longer call __jax_array__ while tracing) accept it: jnp.dot(x, module.kernel).
+    jax.tree_util.register_pytree_with_keys(
+        cls, _var_flatten_with_keys, _var_unflatten, flatten_func=_var_flatten)
+
+
+_register_variable_pytree(Variable)
 
 
 def _leaves_equal(a: tp.Any, b: tp.Any) -> bool:

@@ -48,7 +48,7 @@ def test_split_with_filters_and_coverage_error():
     assert set(stats.flat_state()) == {("mean",), ("var",)}
     with pytest.raises(ValueError, match="/mean.*matches none"):
         nnx.split(bn, nnx.Param)
-    with pytest.raises(ValueError, match="Put '...'"):
+    with pytest.raises(ValueError, match="can only be used as the last filters"):
         nnx.split(bn, ..., nnx.Param)
 
 
