@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from flaxen.core.frozen_dict import FrozenDict
 from flaxen.layer_math import convolution as cm
 from flaxen.layer_math import initializers
 from flaxen.layer_math.dtypes import promote_dtype
@@ -130,7 +131,7 @@ class LinearGeneral(Module):
         out_features: int | tp.Sequence[int],
         *,
         axis: int | tp.Sequence[int] = -1,
-        batch_axis: tp.Mapping[int, int] | None = None,
+        batch_axis: tp.Mapping[int, int] = FrozenDict({}),  # noqa: B008 - immutable
         use_bias: bool = True,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
@@ -148,7 +149,7 @@ class LinearGeneral(Module):
                 f"LinearGeneral: axis {self.axis} and in_features {self.in_features} must have "
                 "the same length (one input size per contracted axis)."
             )
-        self.batch_axis = dict(batch_axis or {})
+        self.batch_axis = FrozenDict(batch_axis if batch_axis is not None else {})
         self.use_bias = use_bias
         self.dtype = dtype
         self.param_dtype = param_dtype
