@@ -102,8 +102,9 @@ class MultiHeadDotProductAttention(Module):
     ``__call__(inputs_q, inputs_k=None, inputs_v=None, *, inputs_kv=None, mask=None,
     deterministic=None, dropout_rng=None, sow_weights=False)``: ``inputs_k`` defaults to
     ``inputs_q`` and ``inputs_v`` to ``inputs_k``; the documented ``inputs_kv=`` form
-    sets both; the documented positional ``(inputs_q, inputs_kv, mask)`` is recognised by
-    the mask's extra rank. Inputs are ``[batch..., length, features]``; ``mask`` broadcasts to
+    sets both (deprecated, with a ``DeprecationWarning``). The third positional argument is
+    ``inputs_v``, never the mask (an ``inputs_v`` square in its last two axes, mask-like, is
+    warned about). Inputs are ``[batch..., length, features]``; ``mask`` broadcasts to
     ``[batch..., num_heads, q_length, kv_length]``. ``sow_weights=True`` stores the
     attention weights in the ``'intermediates'`` collection.
 
@@ -155,18 +156,6 @@ class MultiHeadDotProductAttention(Module):
         sow_weights: bool = False,
     ) -> Array:
         layer = type(self).__name__
-        if (mask is None and inputs_v is not None and inputs_kv is None
-                and jnp.ndim(inputs_v) == jnp.ndim(inputs_q) + 1):
-            # The documented (Flax 0.6) call was (inputs_q, inputs_kv, mask): a third
-            # positional argument one rank above the inputs can only be that mask.
-            warnings.warn(
-                f"{layer}: the third positional argument has shape {jnp.shape(inputs_v)}, "
-                f"one rank more than inputs_q {jnp.shape(inputs_q)}, so it is taken as the "
-                "mask (the documented __call__(inputs_q, inputs_kv, mask) form). Since Flax "
-                "0.7.4 the third positional argument is inputs_v; pass mask=... instead.",
-                DeprecationWarning, stacklevel=2,
-            )
-            inputs_v, mask = None, inputs_v
         inputs_k, inputs_v = self._resolve_inputs(layer, inputs_q, inputs_k, inputs_v,
                                                   inputs_kv)
         for name, x in (("inputs_q", inputs_q), ("inputs_k", inputs_k), ("inputs_v", inputs_v)):
@@ -254,6 +243,11 @@ class MultiHeadDotProductAttention(Module):
                     "`inputs_v` must be None. Pass keys and values either as inputs_kv=x "
                     "or as inputs_k=x (and optionally inputs_v=y), not both."
                 )
+            warnings.warn(
+                "The inputs_kv arg will be deprecated soon. Use inputs_k and inputs_v "
+                "instead (inputs_k=x alone sets both).",
+                DeprecationWarning, stacklevel=3,
+            )
             return inputs_kv, inputs_kv
         if inputs_k is None:
             if inputs_v is not None:
@@ -268,8 +262,11 @@ class MultiHeadDotProductAttention(Module):
         elif jnp.ndim(inputs_v) >= 2 and inputs_v.shape[-1] == inputs_v.shape[-2]:
             warnings.warn(
                 f"{layer}: inputs_v has shape {inputs_v.shape}, square in its last two "
-                "axes, like a [q_length, kv_length] mask. Since Flax 0.7.4 the third "
-                "positional argument is inputs_v; pass a mask as mask=... .",
+                "axes, like a [q_length, kv_length] mask. As of Flax 0.7.4 the function "
+                "signature of MultiHeadDotProductAttention's `__call__` method has changed "
+                "to __call__(inputs_q, inputs_k=None, inputs_v=None, *, inputs_kv=None, "
+                "mask=None, ...): the third positional argument is inputs_v. If this is a "
+                "mask, pass it as mask=... .",
                 DeprecationWarning, stacklevel=3,
             )
         return inputs_k, inputs_v
