@@ -130,7 +130,10 @@ def _call_with_hooks(module: Any, fun: Callable, method_name: str, is_compact: b
 
 def wrap_method(fun: Callable[..., Any], is_compact: bool) -> Callable[..., Any]:
     """The wrapper every Module method gets (see the module docstring)."""
-    method_name = fun.__name__
+    inner = fun
+    while isinstance(inner, functools.partial):  # partial(Foo.method): name of the method
+        inner = inner.func
+    method_name = getattr(inner, "__name__", type(inner).__name__)
 
     def wrapped(self, *args: Any, **kwargs: Any) -> Any:
         if hooks.active:

@@ -44,7 +44,7 @@ def attach(parent: Any, module: Any, name: str, adopt: bool = True) -> None:
     ``parent.child.field_module`` is bound without calling a method of ``child`` first.
     """
     try:
-        scope = parent.scope.push(name)
+        scope = parent.scope.push(name, reuse=parent._state.reuse_scopes)
     except errors.NameInUseError:
         raise errors.NameInUseError("submodule", name, type(parent).__name__) from None
     except TypeError:

@@ -76,6 +76,7 @@ class ModuleState:
         "autoname_cursor",
         "children",
         "adopt_cache",
+        "reuse_scopes",
     )
 
     def __init__(self) -> None:
@@ -92,6 +93,9 @@ class ModuleState:
         # Root Modules only: id(outside module) -> (module, its adopted clone), so one
         # instance passed to several Modules becomes one shared submodule.
         self.adopt_cache: dict[int, tuple[Any, Any]] | None = None
+        # A clone made inside a transform of a Module that was already set up: its setup
+        # runs again on the inner scope, where the submodule scopes may already exist.
+        self.reuse_scopes = False
 
 
 class _Context(threading.local):

@@ -134,6 +134,9 @@ def _call(trafo_fn: Callable[..., Any], self: Any, template: Any, name: str,
 
 def jit_lift_transform(target: Any, methods: Any = None, **jit_kwargs: Any) -> Any:
     """``nn.jit`` for a Module class (subclass ``Jit<Name>``) or a method/function."""
+    if isinstance(target, functools.partial) and is_module_class(target.func):
+        cls = jit_lift_transform(target.func, methods, **jit_kwargs)
+        return functools.partial(cls, *target.args, **target.keywords)
     if is_module_class(target):
         module_class = target
         per_method = method_trafo_args(methods, (), jit_kwargs)

@@ -26,13 +26,13 @@ from typing import Any
 
 import jax
 
-from flaxen import errors
+from flaxen import errors, serialization
 from flaxen._hashing import Identity, hashable
 from flaxen.core.frozen_dict import FrozenDict
 from flaxen.core.scope import Scope, Variable
 from flaxen.linen._interception import wrap_method
 from flaxen.linen._naming import try_setup
-from flaxen.linen._state import SETUP_NONE, ModuleBase, ModuleState
+from flaxen.linen._state import SETUP_DONE, SETUP_NONE, ModuleBase, ModuleState
 
 # Transformed classes report this module, as Flax's report ``flax.linen.transforms``.
 _PUBLIC_MODULE = "flaxen.linen.transforms"
@@ -299,6 +299,7 @@ def export_state(st: ModuleState) -> ModuleState:
     cursor = st.autoname_cursor
     new.autoname_cursor = None if cursor is None else dict(cursor)
     new.setup_called = SETUP_NONE
+    new.reuse_scopes = st.setup_called == SETUP_DONE or st.reuse_scopes
     return new
 
 
@@ -535,6 +536,12 @@ def lift_transform(transform: Callable[..., Any], target: Any, *trafo_args: Any,
                    methods: Any = None, class_prefix: str | None = None,
                    **trafo_kwargs: Any) -> Any:
     """Applies a core ``transform`` to a Module class or to a method/function."""
+    if isinstance(target, functools.partial) and is_module_class(target.func):
+        # partial(Dense, use_bias=False): transform the class, keep the bound arguments
+        cls = module_class_lift_transform(transform, target.func, *trafo_args,
+                                          methods=methods, class_prefix=class_prefix,
+                                          **trafo_kwargs)
+        return functools.partial(cls, *target.args, **target.keywords)
     if is_module_class(target):
         return module_class_lift_transform(transform, target, *trafo_args, methods=methods,
                                            class_prefix=class_prefix, **trafo_kwargs)
@@ -596,4 +603,8 @@ def module_fingerprint(x: Any, _depth: int = 0) -> Any:
         return (type(x), tuple(module_fingerprint(v, _depth + 1) for v in x))
     if isinstance(x, Mapping):
         return (type(x), tuple((k, module_fingerprint(v, _depth + 1)) for k, v in x.items()))
+    if _depth < 32 and serialization.is_serializable(x) and not isinstance(x, jax.Array):
+        # A type with a registered state dict is compared by that dict, not by its
+        # __hash__/__eq__ (which it may not support).
+        return (type(x), module_fingerprint(serialization.to_state_dict(x), _depth + 1))
     return hashable(x)

@@ -31,6 +31,7 @@ from flaxen.linen._module import (
     share_scope,
 )
 from flaxen.linen._state import SetupState, _Sentinel, _unspecified_parent
+from flaxen.linen._state import context as _context  # noqa: F401 - Flax's private name
 
 __all__ = [
     "InterceptorContext",
