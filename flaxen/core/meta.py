@@ -133,10 +133,10 @@ def _global_mesh() -> Any:
             return mesh
     except ImportError:  # pragma: no cover - older JAX
         pass
-    try:
-        from jax.interpreters import pxla
+    try:  # the legacy `with mesh:` context (jax.interpreters.pxla's alias is deprecated)
+        from jax._src.mesh import thread_resources
 
-        mesh = pxla.thread_resources.env.physical_mesh
+        mesh = thread_resources.env.physical_mesh
         if not mesh.empty:
             return mesh
     except (ImportError, AttributeError):  # pragma: no cover
