@@ -20,6 +20,7 @@ _SUBMODULES = frozenset({
     "cursor",
     "errors",
     "experimental",
+    "ids",
     "io",
     "jax_utils",
     "linen",
@@ -29,6 +30,7 @@ _SUBMODULES = frozenset({
     "traceback_util",
     "training",
     "traverse_util",
+    "typing",
 })
 
 

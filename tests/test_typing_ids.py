@@ -42,3 +42,9 @@ def test_nnx_ids_path_reexports_the_same_counter():
     from flaxen.nnx import ids as nnx_ids
 
     assert nnx_ids.uuid is ids.uuid and nnx_ids.FlaxId is ids.FlaxId
+
+
+def test_top_level_attribute_access():
+    import flaxen
+
+    assert flaxen.typing is typing and flaxen.ids is ids
