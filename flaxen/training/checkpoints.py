@@ -28,6 +28,7 @@ import concurrent.futures
 import errno
 import logging
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -471,7 +472,14 @@ def _restore_orbax(
     elif orbax_transforms is not None:
         kwargs["transforms"] = orbax_transforms
     try:
-        restored = orbax_checkpointer.restore(ckpt_path, item=target, **kwargs)
+        with warnings.catch_warnings():
+            if target is None:
+                # No target, so no shardings to give: Orbax takes those saved in the
+                # checkpoint, which is what a target-less restore asks for. Its note on that
+                # is not the user's to act on.
+                warnings.filterwarnings(
+                    "ignore", "Sharding info not provided when restoring", UserWarning)
+            restored = orbax_checkpointer.restore(ckpt_path, item=target, **kwargs)
     except Exception as e:
         if user_checkpointer or orbax_transforms is not None:
             e.add_note(f'while restoring Orbax checkpoint "{ckpt_path}"')

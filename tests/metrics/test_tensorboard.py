@@ -21,7 +21,8 @@ from flaxen.metrics.tensorboard import SummaryWriter  # noqa: E402
 def read_events(log_dir):
     """All events of the single event file in log_dir, checking the TFRecord framing CRCs."""
     (path,) = glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))
-    data = open(path, "rb").read()
+    with open(path, "rb") as f:
+        data = f.read()
     events, pos = [], 0
     while pos < len(data):
         header = data[pos:pos + 8]

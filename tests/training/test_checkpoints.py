@@ -501,6 +501,7 @@ def _run_writer_until(tmp_path, point):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        proc.stdout.close()
     assert proc.returncode == -signal.SIGKILL
 
 
