@@ -70,3 +70,16 @@ def test_embedding_lookup_nan_rows_and_scalar_ids():
     assert one.shape == (2,) and one.tolist() == [0.0, 1.0]
     with pytest.raises(ValueError, match="integer"):
         embedding.check_ids(jnp.ones(2))
+
+
+def test_avg_pool_without_padding_counts_under_strict_rank_promotion():
+    import jax
+
+    from flaxen.layer_math.pooling import avg_pool
+
+    x = jnp.array([1.0, 2.0, 3.0, 4.0]).reshape((1, 2, 2, 1))
+    with jax.numpy_rank_promotion("raise"):
+        y = avg_pool(x, (2, 2), padding="SAME", count_include_pad=False)
+        unbatched = avg_pool(x[0], (2, 2), padding="SAME", count_include_pad=False)
+    assert y.ravel().tolist() == [2.5, 3.0, 3.5, 4.0]
+    assert unbatched.ravel().tolist() == [2.5, 3.0, 3.5, 4.0]

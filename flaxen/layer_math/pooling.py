@@ -1,4 +1,6 @@
-"""Pooling over spatial windows (shared by Linen and NNX): ``pool`` and its ``max``/``avg``/``min`` specialisations.
+"""Pooling over spatial windows (shared by Linen and NNX).
+
+``pool`` and its ``max``/``avg``/``min`` specialisations.
 
 Inputs are channels-last, ``(*batch_dims, *window_dims, features)``. Any number of leading
 batch dimensions is accepted (they are flattened into one around ``lax.reduce_window``), and
@@ -222,5 +224,7 @@ def avg_pool(
     spatial = tuple(jnp.shape(inputs)[-n - 1 : -1])
     resolved = _resolve_padding(padding, n, "avg_pool")
     counts = _valid_counts(spatial, window_shape, strides, resolved)
+    # Explicit leading ones for the batch axes, so strict rank promotion ('raise') accepts it.
+    counts = counts.reshape((1,) * (jnp.ndim(y) - counts.ndim) + counts.shape)
     # A float array (not a weak Python scalar), as a pooled array of ones would be.
     return y / jnp.asarray(counts, dtype=jax.dtypes.canonicalize_dtype(np.float64))
