@@ -309,7 +309,7 @@ def bool_flag(name: str, *, default: bool, help: str) -> FlagHolder[bool]:
 
 
 def int_flag(name: str, *, default: int | None, help: str) -> FlagHolder[int]:
-    """Define an integer (or None) flag ``name``; ``NAME.upper()`` in the environment overrides it."""
+    """Define an integer (or None) flag ``name``; env ``NAME.upper()`` overrides it."""
     return config._define(name, int, static_int_env(name.upper(), default), help)
 
 

@@ -208,7 +208,8 @@ def _restore_dict(xs: dict[Any, Any], states: dict[str, Any]) -> dict[Any, Any]:
             f"The state dict has keys {sorted(map(str, states))} there. Restore into a target "
             "with the same keys as the saved tree.",
         )
-    return {key: from_state_dict(value, states[str(key)], name=str(key)) for key, value in xs.items()}
+    return {key: from_state_dict(value, states[str(key)], name=str(key))
+            for key, value in xs.items()}
 
 
 def _list_state_dict(xs: list[Any] | tuple[Any, ...]) -> dict[str, Any]:

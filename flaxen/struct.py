@@ -132,7 +132,8 @@ def dataclass(clz: _T | None = None, **kwargs: Any) -> _T | Callable[[_T], _T]:
             )
         return x.replace(**updates)
 
-    serialization.register_serialization_state(data_clz, to_state_dict, from_state_dict, override=True)
+    serialization.register_serialization_state(
+        data_clz, to_state_dict, from_state_dict, override=True)
     data_clz._flax_dataclass = True
     return data_clz
 

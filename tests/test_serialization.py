@@ -34,7 +34,8 @@ def test_from_state_dict_rebuilds_target_types():
 @pytest.mark.parametrize(
     "target, state, pattern",
     [
-        ({"a": 1, "b": 2}, {"a": 3}, r"contains keys \{'b'\} .* at path \.\n.*state dict has keys \['a'\]"),
+        ({"a": 1, "b": 2}, {"a": 3},
+         r"contains keys \{'b'\} .* at path \.\n.*state dict has keys \['a'\]"),
         ({"p": {"D": {"k": 1}}}, {"p": {"D": {"x": 3}}}, r"\{'k'\} .* at path \./p/D"),
         ({"a": [1, 2]}, {"a": {"0": 5}}, r"list .* got 2 and 1 at path \./a"),
         ({"a": NT(1, 2)}, {"a": {"x": 5}}, r"named tuple .* at path \./a"),
@@ -70,7 +71,8 @@ def test_current_path_inside_a_handler():
     class Leaf:
         pass
 
-    ser.register_serialization_state(Leaf, lambda x: {}, lambda x, s: seen.append(ser.current_path()) or x)
+    ser.register_serialization_state(
+        Leaf, lambda x: {}, lambda x, s: seen.append(ser.current_path()) or x)
     ser.from_state_dict({"a": [Leaf()]}, {"a": {"0": {}}})
     assert seen == ["./a/0"]
 
@@ -95,8 +97,9 @@ def test_every_dtype_round_trips_bit_exactly(dtype):
 
 
 def test_jax_arrays_come_back_as_numpy_and_plain_values_keep_types():
-    tree = {"j": jnp.arange(3.0), "c": 1 + 2j, "f": 1.5, "i": -7, "b": True, "s": "x", "by": b"\x00",
-            "n": None, "big": 2**63, "neg": -(2**63), "e": np.zeros((2, 0)), "d": np.datetime64("2020-01-01")}
+    tree = {"j": jnp.arange(3.0), "c": 1 + 2j, "f": 1.5, "i": -7, "b": True, "s": "x",
+            "by": b"\x00", "n": None, "big": 2**63, "neg": -(2**63), "e": np.zeros((2, 0)),
+            "d": np.datetime64("2020-01-01")}
     out = ser.msgpack_restore(ser.msgpack_serialize(tree))
     assert type(out["j"]) is np.ndarray and out["j"].tolist() == [0.0, 1.0, 2.0]
     for k in ("c", "f", "i", "b", "s", "by", "n", "big", "neg", "d"):
@@ -190,7 +193,8 @@ def _ext(code, payload):
         (_ext(9, b"abc"), "unknown msgpack extension type 9"),
         (_ext(2, b"\x92\xa1a\xa1b"), "complex"),
         (msgpack.packb({"__msgpack_chunked_array__": True, "shape": {"0": 5},
-                        "chunks": {"0": msgpack.ExtType(1, msgpack.packb([[2], "uint8", b"\x00\x01"]))}}),
+                        "chunks": {"0": msgpack.ExtType(
+                            1, msgpack.packb([[2], "uint8", b"\x00\x01"]))}}),
          "shape \\(5,\\) needs 5 elements"),
         (msgpack.packb({"__msgpack_chunked_array__": True, "shape": 3, "chunks": {}}), "chunked"),
         (b"\x91" * 100000 + b"\xc0", "truncated, corrupted"),
@@ -236,7 +240,8 @@ def test_generic_payload_encodings_from_other_writers_are_accepted(in_place_pars
     # Same content as Flax writes, but with a wider int for the shape: valid msgpack.
     payload = b"\x93\x91\xcd\x00\x02" + msgpack.packb("int8") + msgpack.packb(b"\x01\x02")
     assert ser.msgpack_restore(_ext(1, payload)).tolist() == [1, 2]
-    assert ser.msgpack_restore(_ext(3, msgpack.packb([[], "float64", pystruct.pack("<d", 2.5)]))) == 2.5
+    scalar = msgpack.packb([[], "float64", pystruct.pack("<d", 2.5)])
+    assert ser.msgpack_restore(_ext(3, scalar)) == 2.5
 
 
 # ----------------------------------------------------------------------------- properties
@@ -261,7 +266,8 @@ _leaves = st.one_of(
 )
 _trees = st.recursive(
     _leaves,
-    lambda kids: st.one_of(st.lists(kids, max_size=4), st.dictionaries(st.text(max_size=5), kids, max_size=4)),
+    lambda kids: st.one_of(st.lists(kids, max_size=4),
+                           st.dictionaries(st.text(max_size=5), kids, max_size=4)),
     max_leaves=12,
 )
 
@@ -292,7 +298,8 @@ def test_property_round_trip(tree, in_place):
 
 
 def test_encode_parts_concatenate_to_the_bytes():
-    tree = {"a": np.arange(40_000, dtype=np.float32), "b": [1, "x"], "c": jnp.ones((3, 3), jnp.bfloat16)}
+    tree = {"a": np.arange(40_000, dtype=np.float32), "b": [1, "x"],
+            "c": jnp.ones((3, 3), jnp.bfloat16)}
     parts = _msgpack_ext.encode_parts(tree, ser.MAX_CHUNK_SIZE, sort_keys=False)
     joined = b"".join(p if type(p) is bytes else np.ascontiguousarray(p).tobytes() for p in parts)
     assert joined == ser.msgpack_serialize(tree, in_place=True)
@@ -306,7 +313,8 @@ def test_legacy_namedtuple_state_restores():
     assert type(restored) is Point and restored == Point(3, 4)
     # A named tuple whose own fields are name/fields/values is restored field by field.
     Meta = collections.namedtuple("Meta", "name fields values")
-    assert ser.from_state_dict(Meta(0, 0, 0), {"name": 1, "fields": 2, "values": 3}) == Meta(1, 2, 3)
+    restored = ser.from_state_dict(Meta(0, 0, 0), {"name": 1, "fields": 2, "values": 3})
+    assert restored == Meta(1, 2, 3)
 
 
 def test_mismatch_messages_are_flax_literal_with_the_fix_as_a_note():

@@ -105,7 +105,8 @@ def test_post_init_reruns_on_unflatten_and_init_false_fields_are_skipped():
 def test_serialization_drops_static_fields_and_names_paths():
     m = Model(np.ones(2, np.float32), fn=len, b=1.5)
     assert serialization.to_state_dict(m).keys() == {"w", "b"}
-    restored = serialization.from_bytes(Model(np.zeros(2, np.float32), fn=len), serialization.to_bytes(m))
+    restored = serialization.from_bytes(Model(np.zeros(2, np.float32), fn=len),
+                                        serialization.to_bytes(m))
     assert restored.fn is len and restored.b == 1.5
     np.testing.assert_array_equal(restored.w, [1.0, 1.0])
     with pytest.raises(ValueError, match=r"Missing field b .* at path /model"):

@@ -50,8 +50,9 @@ from flaxen.core.scope import (
 __all__ = [
     "Array", "custom_vjp", "jit", "jvp", "remat", "remat_scan", "scan", "vjp", "vmap",
     "while_loop",
-    "AxisMetadata", "broadcast", "CollectionFilter", "DenyList", "FrozenDict", "Partitioned", "Scope",
-    "Variable", "add_axis", "apply", "bind", "copy", "freeze", "get_partition_spec",
-    "get_sharding", "init", "lazy_init", "lift", "nn", "map_axis_meta", "meta", "pop", "pretty_repr",
+    "AxisMetadata", "broadcast", "CollectionFilter", "DenyList", "FrozenDict", "Partitioned",
+    "Scope", "Variable", "add_axis", "apply", "bind", "copy", "freeze", "get_partition_spec",
+    "get_sharding", "init", "lazy_init", "lift", "nn", "map_axis_meta", "meta", "pop",
+    "pretty_repr",
     "remove_axis", "replace_boxed", "unbox", "unfreeze", "with_partitioning",
 ]

@@ -264,7 +264,8 @@ def freeze(xs: Mapping[Any, Any]) -> FrozenDict[Any, Any]:
 
 
 def _unfreeze_dict(x: dict) -> dict:
-    return {k: _unfreeze_dict(v) if isinstance(v, dict) else _unfreeze_leaf(v) for k, v in x.items()}
+    return {k: _unfreeze_dict(v) if isinstance(v, dict) else _unfreeze_leaf(v)
+            for k, v in x.items()}
 
 
 def _unfreeze_leaf(v: Any) -> Any:
@@ -364,7 +365,8 @@ def pretty_repr(x: Any, num_spaces: int = 4) -> str:
     rows = []
     for key, value in x.items():
         if isinstance(value, (dict, FrozenDict)):
-            value_repr = pretty_repr(value._dict if isinstance(value, FrozenDict) else value, num_spaces)
+            inner = value._dict if isinstance(value, FrozenDict) else value
+            value_repr = pretty_repr(inner, num_spaces)
         else:
             value_repr = repr(value)
         rows.append(_indent(f"{key}: {value_repr},", num_spaces))
@@ -387,4 +389,5 @@ jax.tree_util.register_pytree_with_keys(
     flatten_func=lambda d: d._tree_flatten(),
 )
 
-serialization.register_serialization_state(FrozenDict, _frozen_dict_state_dict, _restore_frozen_dict)
+serialization.register_serialization_state(
+    FrozenDict, _frozen_dict_state_dict, _restore_frozen_dict)

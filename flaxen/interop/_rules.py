@@ -2,8 +2,8 @@
 
 Each rule takes the torch unit's arrays (numpy, torch layout, by local name) and the target
 unit, and returns ``{target relative name: array}`` plus the torch names it used. Results may
-be views of the inputs (no copy is made here); shapes are not checked here: the caller compares every produced array with the target's shape and
-reports all mismatches at once.
+be views of the inputs (no copy is made here); shapes are not checked here: the caller
+compares every produced array with the target's shape and reports all mismatches at once.
 
 Layouts (torch -> flaxen):
 

@@ -1,8 +1,9 @@
 """Shape and padding arithmetic for the convolution layers (no Modules, no parameters).
 
 Shared by Linen's and NNX's convolutions, so both follow the same rules: padding
-resolution ('SAME', 'VALID', 'CIRCULAR', 'CAUSAL', ints, pairs), channels-last dimension numbers for any rank, batch-dimension flattening and the
-wrap-around fold that turns a transposed convolution into a circular one.
+resolution ('SAME', 'VALID', 'CIRCULAR', 'CAUSAL', ints, pairs), channels-last dimension
+numbers for any rank, batch-dimension flattening and the wrap-around fold that turns a
+transposed convolution into a circular one.
 """
 
 from __future__ import annotations

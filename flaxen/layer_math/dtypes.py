@@ -1,4 +1,6 @@
-"""Dtype inference for layers (shared by Linen and NNX): the rules of Flax's "Default dtypes" design note.
+"""Dtype inference for layers (shared by Linen and NNX).
+
+The rules of Flax's "Default dtypes" design note.
 
 A layer built with ``dtype=None`` computes in the dtype that JAX's type promotion gives
 for its inputs and parameters together, made inexact (an integer input is computed in

@@ -1,4 +1,6 @@
-"""Parameter initializers (shared by Linen and NNX): ``init(key, shape, dtype) -> Array`` functions and their builders.
+"""Parameter initializers (shared by Linen and NNX).
+
+``init(key, shape, dtype) -> Array`` functions and their builders.
 
 Every builder here is JAX's own (``jax.nn.initializers``), exactly as Flax re-exports them,
 so the same key gives bit-identical arrays. Flax adds two zero-argument builders,

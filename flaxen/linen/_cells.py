@@ -187,7 +187,8 @@ class LSTMCell(RNNCellBase):
     carry_init: Initializer = initializers.zeros_init()
 
     @compact
-    def __call__(self, carry: tuple[Array, Array], inputs: Array) -> tuple[tuple[Array, Array], Array]:
+    def __call__(self, carry: tuple[Array, Array], inputs: Array
+                 ) -> tuple[tuple[Array, Array], Array]:
         _require_feature_axis(self, inputs)
         c, h = carry
         _check_carry(self, c=c, h=h)
@@ -252,7 +253,8 @@ class OptimizedLSTMCell(LSTMCell):
     """
 
     @compact
-    def __call__(self, carry: tuple[Array, Array], inputs: Array) -> tuple[tuple[Array, Array], Array]:
+    def __call__(self, carry: tuple[Array, Array], inputs: Array
+                 ) -> tuple[tuple[Array, Array], Array]:
         _require_feature_axis(self, inputs)
         c, h = carry
         _check_carry(self, c=c, h=h)
@@ -472,7 +474,8 @@ class ConvLSTMCell(RNNCellBase):
     carry_init: Initializer = initializers.zeros_init()
 
     @compact
-    def __call__(self, carry: tuple[Array, Array], inputs: Array) -> tuple[tuple[Array, Array], Array]:
+    def __call__(self, carry: tuple[Array, Array], inputs: Array
+                 ) -> tuple[tuple[Array, Array], Array]:
         kernel_size = cm.kernel_size_tuple(self.kernel_size, jnp.ndim(inputs), "ConvLSTMCell")
         c, h = carry
         _check_carry(self, c=c, h=h)

@@ -188,7 +188,8 @@ class DenseGeneral(Module):
 
         batch_shape = tuple(shape[ax] for ax in batch_dims)
         kernel_shape = tuple(shape[ax] for ax in axis) + features
-        kernel = self.param("kernel", kernel_init_wrap, batch_shape + kernel_shape, self.param_dtype)
+        kernel = self.param("kernel", kernel_init_wrap, batch_shape + kernel_shape,
+                            self.param_dtype)
 
         bias = None
         if self.use_bias:

@@ -116,7 +116,8 @@ class BatchNorm(Module):
         ra_mean = self.variable(
             "batch_stats", "mean", lambda s: jnp.zeros(s, jnp.float32), feature_shape
         )
-        ra_var = self.variable("batch_stats", "var", lambda s: jnp.ones(s, jnp.float32), feature_shape)
+        ra_var = self.variable("batch_stats", "var", lambda s: jnp.ones(s, jnp.float32),
+                               feature_shape)
 
         if use_running_average:
             mean, var = ra_mean.value, ra_var.value

@@ -188,7 +188,8 @@ def _checked_scan(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable
         if not (isinstance(out, tuple) and len(out) == 2):
             raise TypeError(
                 f"The body of nn.scan ({name}) must return a pair (carry, ys), got "
-                f"{type(out).__name__}{'' if not isinstance(out, tuple) else f' of length {len(out)}'}"
+                f"{type(out).__name__}"
+                f"{'' if not isinstance(out, tuple) else f' of length {len(out)}'}"
                 ". Return (new_carry, None) when there is no per-step output."
             )
         return out

@@ -4,8 +4,9 @@ Flax writes through TensorFlow's ``tf.summary``; flaxen writes the same event fi
 tensor summaries of TensorBoard's scalars, images, audio, histograms and text plugins, readable
 by TensorBoard and by ``tensorboard.util.tensor_util``) with the protobuf messages of the light
 ``tensorboardX`` package, or of ``tensorboard`` itself (protobuf + numpy, no TensorFlow),
-imported when a writer is created: ``pip install flaxen[tensorboard]``. Images are encoded as PNG and audio as 16-bit WAV here,
-with the standard library, so neither Pillow nor soundfile is needed.
+imported when a writer is created: ``pip install flaxen[tensorboard]``. Images are encoded as
+PNG and audio as 16-bit WAV here, with the standard library, so neither Pillow nor soundfile
+is needed.
 
 >>> import tempfile
 >>> writer = SummaryWriter(tempfile.mkdtemp())  # doctest: +SKIP

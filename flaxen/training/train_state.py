@@ -104,7 +104,8 @@ class TrainState(struct.PyTreeNode):
         updates, new_opt_state = self.tx.update(grads_opt, self.opt_state, params_opt)
         new_params = optax.apply_updates(params_opt, updates)
         if overwrite:
-            new_params = {"params": new_params, OVERWRITE_WITH_GRADIENT: grads[OVERWRITE_WITH_GRADIENT]}
+            new_params = {"params": new_params,
+                          OVERWRITE_WITH_GRADIENT: grads[OVERWRITE_WITH_GRADIENT]}
         return self.replace(
             step=self.step + 1, params=new_params, opt_state=new_opt_state, **kwargs
         )

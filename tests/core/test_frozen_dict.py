@@ -101,7 +101,8 @@ def test_module_functions_follow_the_input_type():
 
 def test_pretty_repr_layout():
     d = FrozenDict({"a": {"b": 1, "e": {}}, "s": "x"})
-    assert repr(d) == "FrozenDict({\n    a: {\n        b: 1,\n        e: {},\n    },\n    s: 'x',\n})"
+    assert repr(d) == (
+        "FrozenDict({\n    a: {\n        b: 1,\n        e: {},\n    },\n    s: 'x',\n})")
     assert str(d) == repr(d)
     assert repr(FrozenDict()) == "FrozenDict({})"
     assert pretty_repr({"a": {"b": 1}}, num_spaces=2) == "{\n  a: {\n    b: 1,\n  },\n}"

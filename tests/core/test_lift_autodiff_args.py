@@ -71,7 +71,8 @@ def test_missing_param_error_names_the_transform_in_the_path():
 
 def test_missing_param_error_outside_transforms_keeps_the_plain_path():
     with pytest.raises(errors.ScopeParamNotFoundError, match=r'scope "/layer"'):
-        apply(lambda s: _dense(s.push("layer"), jnp.ones((1, 2)), 2))({"params": {"layer": {"b": 1.0}}})
+        apply(lambda s: _dense(s.push("layer"), jnp.ones((1, 2)), 2))(
+            {"params": {"layer": {"b": 1.0}}})
 
 
 def test_core_nn_initializers_have_flax_builders():

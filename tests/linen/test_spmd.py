@@ -35,7 +35,8 @@ def test_explicit_none_rule_leaves_dimension_unsharded_and_blocks_later_rules():
 
 def test_tuple_mesh_axes_and_none_names():
     rules = (("batch", ("data", "model")), ("embed", "model"))
-    assert spmd.logical_to_mesh_axes(("batch", None, "embed"), rules) == P(("data", "model"), None, None)
+    assert spmd.logical_to_mesh_axes(("batch", None, "embed"), rules) == P(
+        ("data", "model"), None, None)
 
 
 def test_unknown_names_are_unsharded_and_none_spec_passes_through():
@@ -88,7 +89,8 @@ def test_constraint_is_identity_without_mesh():
 
 def test_constraint_shards_under_jit(mesh):
     x = jnp.arange(32.0).reshape(8, 4)
-    f = jax.jit(lambda x: spmd.with_logical_constraint(x, ("batch", "embed"), rules=RULES, mesh=mesh) * 2)
+    f = jax.jit(
+        lambda x: spmd.with_logical_constraint(x, ("batch", "embed"), rules=RULES, mesh=mesh) * 2)
     y = f(x)
     np.testing.assert_array_equal(y, x * 2)
     assert y.sharding.spec == P("data", "model")

@@ -151,7 +151,8 @@ def test_orbax_written_by_flax_restores_in_flaxen(tmp_path, orbax_on):
     want = ref.restore_checkpoint(tmp_path, template)
     np.testing.assert_array_equal(got["a"], want["a"])
     assert got["b"] == want["b"] == [1, 2]
-    raw_ours, raw_ref = ours.restore_checkpoint(tmp_path, None), ref.restore_checkpoint(tmp_path, None)
+    raw_ours = ours.restore_checkpoint(tmp_path, None)
+    raw_ref = ref.restore_checkpoint(tmp_path, None)
     assert raw_ours.keys() == raw_ref.keys()
 
 

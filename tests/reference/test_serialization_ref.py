@@ -116,7 +116,8 @@ _leaves = st.one_of(_arrays, st.none(), st.booleans(), st.integers(-(2**63), 2**
                     st.floats(allow_nan=False), st.text(max_size=20))
 _trees = st.recursive(
     _leaves,
-    lambda kids: st.one_of(st.lists(kids, max_size=3), st.dictionaries(st.text(max_size=4), kids, max_size=3)),
+    lambda kids: st.one_of(st.lists(kids, max_size=3),
+                           st.dictionaries(st.text(max_size=4), kids, max_size=3)),
     max_leaves=10,
 )
 

@@ -56,4 +56,5 @@ def test_onehot():
     assert out.dtype == jnp.float32 and out.shape == (2, 2, 3)
     np.testing.assert_array_equal(out[1, 1], [0, 0, 0])  # out of range -> all off
     np.testing.assert_array_equal(out, np.asarray(jax.nn.one_hot(jnp.array([[0, 2], [1, 5]]), 3)))
-    np.testing.assert_array_equal(C.onehot(np.array([1]), 3, on_value=2, off_value=-1), [[-1, 2, -1]])
+    np.testing.assert_array_equal(
+        C.onehot(np.array([1]), 3, on_value=2, off_value=-1), [[-1, 2, -1]])
