@@ -335,12 +335,12 @@ class Scope:
         self.mutable = mutable
         if parent is not None:
             self._store = parent._store
-            self.root = parent.root
+            self._root = parent.root
         else:
             if not isinstance(variables, dict):
                 variables = dict(variables)
             self._store = _Store(variables, mutable)
-            self.root = self
+            self._root = None  # root() is self: no self-reference, so no ref cycle
         self.flags = flags if isinstance(flags, FrozenDict) else freeze(dict(flags or {}))
         self.reservations: collections.defaultdict[str, set] = collections.defaultdict(set)
         self.rng_counters: dict[str, int] = {key: 0 for key in self.rngs}
@@ -351,6 +351,12 @@ class Scope:
         self._name_hints: dict[str, int] = {}
 
     # -- identity --------------------------------------------------------------------
+
+    @property
+    def root(self) -> Scope:
+        """The root scope of this variable tree."""
+        r = self._root
+        return self if r is None else r
 
     @property
     def path_text(self) -> str:
@@ -473,7 +479,7 @@ class Scope:
         child.debug_path = self.debug_path + (name,)
         child.mutable = self.mutable
         child._store = self._store
-        child.root = self.root
+        child._root = self.root
         child.flags = self.flags
         child.reservations = collections.defaultdict(set)
         child.rng_counters = counters
@@ -524,7 +530,7 @@ class Scope:
             scope.rng_counters = {key: 0 for key in self.rngs}
             scope._child_counters = {}
         if self.parent is None:
-            scope.root = scope
+            scope._root = None
         return scope
 
     # -- collections -----------------------------------------------------------------

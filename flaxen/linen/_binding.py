@@ -149,16 +149,42 @@ def _scope_fn(fn: Callable, module: Any, keep: Any) -> Callable[..., Any]:
     if keep is None:
         def scope_fn(scope: Any, *args: Any, **kwargs: Any) -> Any:
             bound = clone(module, scope, deep)
-            adopt_fields(bound)
-            if context.capture_stack:  # shadow an outer apply's capture filter
-                return _with_capture(fn, bound, None, args, kwargs)
-            return fn(bound, *args, **kwargs)
+            try:
+                adopt_fields(bound)
+                if context.capture_stack:  # shadow an outer apply's capture filter
+                    return _with_capture(fn, bound, None, args, kwargs)
+                return fn(bound, *args, **kwargs)
+            finally:
+                _release(bound)
     else:
         def scope_fn(scope: Any, *args: Any, **kwargs: Any) -> Any:
             bound = clone(module, scope, deep)
-            adopt_fields(bound)
-            return _with_capture(fn, bound, keep, args, kwargs)
+            try:
+                adopt_fields(bound)
+                return _with_capture(fn, bound, keep, args, kwargs)
+            finally:
+                _release(bound)
     return scope_fn
+
+
+def _release(root: Any) -> None:
+    """Unbinds the Modules of a finished init/apply from their (now invalid) scopes.
+
+    Parents and children reference each other, so the tree lives until a garbage
+    collection; without its scopes it no longer keeps the run's arrays (or the tracers of
+    an enclosing ``jax.jit``/``vmap``) alive meanwhile.
+    """
+    stack = [root]
+    while stack:
+        d = stack.pop().__dict__
+        if d.get("scope") is None:
+            continue
+        d["scope"] = None
+        if not isinstance(d.get("parent"), ModuleBase):  # the root: its parent is the Scope
+            d["parent"] = None
+        for child in d["_state"].children.values():
+            if isinstance(child, ModuleBase):
+                stack.append(child)
 
 
 def _with_capture(fn: Callable, bound: Any, keep: Any, args: tuple, kwargs: dict) -> Any:

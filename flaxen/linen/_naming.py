@@ -43,8 +43,9 @@ def attach(parent: Any, module: Any, name: str, adopt: bool = True) -> None:
     Submodules passed to ``module`` as fields are adopted right away (``adopt``), so
     ``parent.child.field_module`` is bound without calling a method of ``child`` first.
     """
+    pst = parent._state
     try:
-        scope = parent.scope.push(name, reuse=parent._state.reuse_scopes)
+        scope = parent.scope.push(name, reuse=pst.reuse_scopes and pst.in_setup)
     except errors.NameInUseError:
         raise errors.NameInUseError("submodule", name, type(parent).__name__) from None
     except TypeError:
