@@ -17,6 +17,7 @@ keys drawn inside are the ones Flax draws (``split_rngs`` splits the underlying 
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -147,7 +148,10 @@ def pack(
                                       for r in roots))) or tuple(() for _ in in_variable_filters)
         rng_groups = tuple(zip(*(group_collections(r.rngs, rng_filters) for r in roots))) or (
             tuple(() for _ in rng_filters))
-        inner_scopes: list[Scope] = []
+        # Weak: an inner scope built inside a nested trace (scan's first pass) holds that
+        # trace's tracers and must be freed when the trace ends; one still alive at the end
+        # (bound to a Module, say) is invalidated then.
+        inner_scopes: list[weakref.ref[Scope]] = []
 
         def scope_fn(variable_groups: Sequence, rng_groups: Sequence,
                      mutable_filter: CollectionFilter = True) -> Any:
@@ -172,7 +176,7 @@ def pack(
                 inner._child_counters = root._child_counters
                 inner.reservations = root.reservations.__class__(set)
                 inner_roots.append(inner)
-                inner_scopes.append(inner)
+                inner_scopes.append(weakref.ref(inner))
             out = []
             for root_i, path in refs:
                 s = inner_roots[root_i]
@@ -203,8 +207,10 @@ def pack(
             y, out_groups = fn(scope_fn, repack_fn, variable_groups, rng_groups,
                                *args, **kwargs)
         finally:
-            for inner in inner_scopes:
-                inner.invalidate()
+            for ref in inner_scopes:
+                inner = ref()
+                if inner is not None:
+                    inner.invalidate()
         # Stage 6: commit the updated variables to the original scopes.
         for group in out_groups:
             for i, cols in enumerate(group):

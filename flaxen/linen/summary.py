@@ -42,12 +42,50 @@ class _Call:
 
 
 @dataclasses.dataclass
-class _Row:
-    call: _Call
-    own: dict[str, Any]  # collection -> the Module's variables, submodules left out
-    counted: dict[str, Any]  # collection -> what this row counts (own, or all below at depth)
+class Row:
+    """One row of a summary :class:`Table`: one call of one Module.
+
+    ``inputs``/``outputs`` hold ``jax.ShapeDtypeStruct`` s in place of arrays (the lone
+    argument, the argument tuple, or the arguments followed by the keyword dict);
+    ``module_variables`` are the Module's own variables per collection (submodules left
+    out) and ``counted_variables`` what the row counts: the same, or, at the ``depth``
+    limit, everything below it. ``flops``/``vjp_flops`` are ``None`` unless asked for.
+    """
+
+    path: tuple[str, ...]
+    module_copy: Any
+    method: str
+    inputs: Any
+    outputs: Any
+    module_variables: dict[str, Any]
+    counted_variables: dict[str, Any]
     flops: Any = None
     vjp_flops: Any = None
+    _call: Any = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def module_type(self) -> type:
+        return type(self.module_copy)
+
+    def size_and_bytes(self, collections: list[str]) -> dict[str, tuple[int, int]]:
+        """``{collection: (parameter count, bytes)}`` of what this row counts."""
+        return {col: _stats(self.counted_variables.get(col, {})) for col in collections}
+
+
+class Table(list):
+    """The rows of a summary, in call order, with the ``module`` and its ``collections``."""
+
+    def __init__(self, module: Any, collections: list[str], rows: list[Row]) -> None:
+        super().__init__(rows)
+        self.module = module
+        self.collections = collections
+
+
+@dataclasses.dataclass
+class _ObjectRepresentation:
+    """Wraps a non-array value in a row's inputs/outputs (kept for Flax compatibility)."""
+
+    obj: Any
 
 
 def _abstract(tree: Any) -> Any:
@@ -99,7 +137,7 @@ def _at_path(variables: Mapping, path: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _rows(calls: list[_Call], variables: Mapping, depth: int | None,
-          show_repeated: bool) -> list[_Row]:
+          show_repeated: bool) -> list[Row]:
     called = {c.path for c in calls}
     seen: set[tuple[str, ...]] = set()
     rows = []
@@ -116,8 +154,11 @@ def _rows(calls: list[_Call], variables: Mapping, depth: int | None,
             # at the depth limit a row counts everything below it, so rows add up to the total
             folded = depth is not None and len(c.path) == depth
             counted = _at_path(variables, c.path) if folded else own
+        if depth is not None and len(c.path) > depth:
+            continue  # a repeated call below the depth limit
         seen.add(c.path)
-        rows.append(_Row(c, own, counted))
+        rows.append(Row(c.path, c.module, c.method, _inputs(c.args, c.kwargs), c.outputs,
+                        own, counted, _call=c))
     return rows
 
 
@@ -127,7 +168,7 @@ def module_paths(module: Any, rngs: Any, *args: Any, show_repeated: bool = False
     """``{'path/to/module': module}`` for every Module called during ``init``."""
     check_instance(module)
     calls, variables = _record_calls(module, rngs, args, kwargs, method, mutable)
-    return {"/".join(r.call.path): r.call.module
+    return {"/".join(r.path): r.module_copy
             for r in _rows(calls, variables, None, show_repeated)}
 
 
@@ -141,9 +182,9 @@ def _cost(fn: Callable, *args: Any) -> int:
     return int(cost["flops"]) if cost and "flops" in cost else 0
 
 
-def _add_flops(row: _Row, rngs: Any, mutable: Any, fwd: bool, vjp: bool) -> None:
+def _add_flops(row: Row, rngs: Any, mutable: Any, fwd: bool, vjp: bool) -> None:
     """Sets ``row.flops`` / ``row.vjp_flops``; ``'-'`` where the call cannot be re-run."""
-    c = row.call
+    c = row._call
     leaves, treedef = jax.tree_util.tree_flatten((c.args, c.kwargs))
     dynamic = [i for i, x in enumerate(leaves) if isinstance(x, jax.ShapeDtypeStruct)]
 
@@ -198,24 +239,24 @@ def _collections(variables: Mapping) -> list[str]:
     return sorted(variables, key=lambda col: col != "params")
 
 
-def _table(module: Any, rows: list[_Row], collections: list[str], flop_cols: list[str],
-           console_kwargs: Mapping | None, table_kwargs: Mapping,
-           column_kwargs: Mapping) -> str:
+def _table(table: Table, flop_cols: list[str], console_kwargs: Mapping | None,
+           table_kwargs: Mapping, column_kwargs: Mapping) -> str:
+    collections = table.collections
     totals = {col: [0, 0] for col in collections}
     cells = []
-    for r in rows:
-        c = r.call
-        name = type(c.module).__name__
-        if c.method not in _PLAIN_METHODS:
-            name += f" [dim]({c.method})[/dim]"
-        line = ["/".join(c.path), name, _text.value_markup(_inputs(c.args, c.kwargs)),
-                _text.value_markup(c.outputs)]
+    for r in table:
+        name = type(r.module_copy).__name__
+        if r.method not in _PLAIN_METHODS:
+            name += f" [dim]({r.method})[/dim]"
+        line = ["/".join(r.path), name, _text.value_markup(r.inputs),
+                _text.value_markup(r.outputs)]
         line += [_text.value_markup(getattr(r, col)) for col in flop_cols]
         for col in collections:
-            count, size = _stats(r.counted.get(col, {}))
+            count, size = _stats(r.counted_variables.get(col, {}))
             totals[col][0] += count
             totals[col][1] += size
-            own = _text.value_markup(r.own[col]) if col in r.own else ""
+            own = (_text.value_markup(r.module_variables[col])
+                   if col in r.module_variables else "")
             count_cell = f"[bold]{_text.count_markup(count, size)}[/bold]"
             line.append(f"{own}\n\n{count_cell}" if own else count_cell)
         cells.append(line)
@@ -223,9 +264,38 @@ def _table(module: Any, rows: list[_Row], collections: list[str], flop_cols: lis
     footers: list[Any] = [""] * (len(columns) - 1) + [_text.right_text("Total")]
     footers += [_text.count_markup(*totals[col]) for col in collections]
     grand = [sum(t[i] for t in totals.values()) for i in (0, 1)]
-    return _text.render(f"{type(module).__name__} Summary", columns + collections, cells,
+    return _text.render(f"{type(table.module).__name__} Summary", columns + collections, cells,
                         footers, f"\nTotal Parameters: {_text.count_markup(*grand)}",
                         console_kwargs, table_kwargs, column_kwargs)
+
+
+def _module_table(module: Any, rngs: Any, args: tuple, kwargs: dict, method: Any,
+                  mutable: Any, depth: int | None, show_repeated: bool, compute_flops: bool,
+                  compute_vjp_flops: bool) -> Table:
+    calls, variables = _record_calls(module, rngs, args, kwargs, method, mutable)
+    rows = _rows(calls, variables, depth, show_repeated)
+    if compute_flops or compute_vjp_flops:
+        streams = _abstract(rngs if isinstance(rngs, Mapping) else {"params": rngs})
+        for r in rows:
+            _add_flops(r, streams, mutable, compute_flops, compute_vjp_flops)
+    return Table(module, _collections(variables), rows)
+
+
+def _get_module_table(module: Any, depth: int | None, show_repeated: bool,
+                      compute_flops: bool = False,
+                      compute_vjp_flops: bool = False) -> Callable[..., Table]:
+    """A function taking ``Module.init``'s arguments (``rngs, *args, method=, mutable=,
+    **kwargs``) and returning the summary :class:`Table` (what :func:`tabulate` renders)."""
+    check_instance(module)
+
+    def get_table(rngs: Any, *args: Any, method: Any = None, mutable: Any = INIT_MUTABLE,
+                  **kwargs: Any) -> Table:
+        if method is not None:
+            resolve_method(module, method)
+        return _module_table(module, rngs, args, kwargs, method, mutable, depth,
+                             show_repeated, compute_flops, compute_vjp_flops)
+
+    return get_table
 
 
 def tabulate(module: Any, rngs: Any, depth: int | None = None, show_repeated: bool = False,
@@ -261,15 +331,9 @@ def tabulate(module: Any, rngs: Any, depth: int | None = None, show_repeated: bo
         resolve_method(module, method)  # fail early on a bad method
 
     def summarize(*args: Any, **call_kwargs: Any) -> str:
-        calls, variables = _record_calls(module, rngs, args, {**kwargs, **call_kwargs},
-                                         method, mutable)
-        rows = _rows(calls, variables, depth, show_repeated)
+        table = _module_table(module, rngs, args, {**kwargs, **call_kwargs}, method, mutable,
+                              depth, show_repeated, compute_flops, compute_vjp_flops)
         flop_cols = ["flops"] * compute_flops + ["vjp_flops"] * compute_vjp_flops
-        if flop_cols:
-            streams = _abstract(rngs if isinstance(rngs, Mapping) else {"params": rngs})
-            for r in rows:
-                _add_flops(r, streams, mutable, compute_flops, compute_vjp_flops)
-        return _table(module, rows, _collections(variables), flop_cols, console_kwargs,
-                      table_kwargs, column_kwargs)
+        return _table(table, flop_cols, console_kwargs, table_kwargs, column_kwargs)
 
     return summarize
