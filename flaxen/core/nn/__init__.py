@@ -10,7 +10,7 @@ params live on; names, signatures and numerics follow ``flax.core.nn``.
 ['bias', 'kernel']
 """
 
-from jax.nn import initializers
+from flaxen.layer_math import initializers
 
 from flaxen.core.nn import activation, attention, linear, normalization, pooling, stochastic
 from flaxen.core.nn.activation import (
