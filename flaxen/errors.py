@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "NNXArgumentError",
     "SowTypeError",
     "SetAttributesNotFoundError",
     "RngStreamNotFoundError",
@@ -544,6 +545,12 @@ class NNXTransformError(NNXError, ValueError):
     """An NNX transform (jit, grad, vmap, scan, ...) got arguments it cannot lift."""
 
     default_fix = "See the transform's docstring for the arguments it accepts."
+
+
+class NNXArgumentError(NNXError, TypeError):
+    """An NNX transform was called with too few (or the wrong kind of) arguments."""
+
+    default_fix = "Check the call against the transform's signature."
 
 
 class RngStreamNotFoundError(NNXError, AttributeError):

@@ -112,14 +112,14 @@ class Lift:
 
     def pure(self, fun: tp.Callable, *, hook: tp.Callable | None = None) -> tp.Callable:
         """``fun`` as a function of ``(values, leaves) -> (values, out_leaves)``; the static
-        half of the result is left in ``self.out``. ``hook(args, kwargs)`` may rewrite the
-        arguments after the nodes were rebuilt (e.g. scan putting its carry in place) and
-        ``fun``'s output is passed through ``split_out`` before graph nodes are collected."""
+        half of the result is left in ``self.out``. ``hook(args, kwargs, inner)`` may rewrite
+        the arguments after the nodes were rebuilt (e.g. scan putting its carry in place;
+        ``inner.leaf_objs()`` gives the rebuilt Variables)."""
 
         def pure(values: list, leaves: list) -> tuple[list, list]:
             args, kwargs, inner = enter(self.static, values, leaves)
             if hook is not None:
-                args, kwargs = hook(args, kwargs)
+                args, kwargs = hook(args, kwargs, inner)
             new_values, out_leaves, self.out = exit(inner, fun(*args, **kwargs))
             return new_values, out_leaves
 
@@ -151,12 +151,18 @@ class Lift:
 class Inner:
     """What :func:`enter` knows inside the transform: the copies and whom they stand for."""
 
-    __slots__ = ("static", "copies", "outer_of")
+    __slots__ = ("static", "copies", "outer_of", "built")
 
-    def __init__(self, static: InStatic, copies: list, outer_of: dict[int, int]) -> None:
+    def __init__(self, static: InStatic, copies: list, outer_of: dict[int, int],
+                 built: dict[int, tp.Any]) -> None:
         self.static = static
         self.copies = copies
         self.outer_of = outer_of
+        self.built = built
+
+    def leaf_objs(self) -> list:
+        """The rebuilt Variables in leaf order (None for bare arrays)."""
+        return [self.built.get(d.index) for _, d in var_def_paths(self.static.defs)]
 
 
 def enter(static: InStatic, values: tp.Sequence[tp.Any], leaves: list
@@ -167,12 +173,12 @@ def enter(static: InStatic, values: tp.Sequence[tp.Any], leaves: list
         copies, built = eng.unflatten(defs, values)
         outer_of = {id(obj): i for i, obj in built.items()}
     else:
-        copies, outer_of = [], {}
+        copies, outer_of, built = [], {}, {}
     leaves = list(leaves)
     for p, n in zip(static.node_pos, copies):
         leaves[p] = n
     args, kwargs = static.treedef.unflatten(leaves)
-    return args, kwargs, Inner(static, copies, outer_of)
+    return args, kwargs, Inner(static, copies, outer_of, built)
 
 
 class OutStatic:

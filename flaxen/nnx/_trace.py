@@ -13,16 +13,18 @@ try:  # one attribute read (~0.1us); the public API below costs ~1.4us per check
 
     try:
         from jax._src.interpreters.ad import JVPTrace, LinearizeTrace
+        from jax._src.interpreters.batching import BatchTrace
 
-        _AD_TRACES: tuple = (JVPTrace, LinearizeTrace)
+        _EAGER_TRACES: tuple = (JVPTrace, LinearizeTrace, BatchTrace)
     except ImportError:  # pragma: no cover
-        _AD_TRACES = ()
+        _EAGER_TRACES = ()
 
     def current_trace() -> object:
-        # Differentiation traces do not count as a new level: a module captured by closure
-        # inside jax.grad may be mutated (its values are not staged out), as in Flax.
+        # Differentiation and batching traces do not count as a new level: a module captured
+        # by closure inside jax.grad / jax.vmap may be mutated (nothing is staged out into a
+        # compiled program), as in Flax. Staging traces (jit, scan bodies) do count.
         t = _trace_ctx.trace
-        while isinstance(t, _AD_TRACES):
+        while isinstance(t, _EAGER_TRACES):
             t = t.parent_trace
         return t
 

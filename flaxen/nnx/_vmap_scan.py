@@ -24,12 +24,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from flaxen import traceback_util
-from flaxen.errors import NNXTransformError
+from flaxen.errors import NNXArgumentError, NNXTransformError
 from flaxen.nnx import _lift, filterlib
 from flaxen.nnx._graphdef import var_def_paths
 from flaxen.nnx.module import Module
 from flaxen.nnx.rnglib import RngKey, RngState
 from flaxen.nnx.transforms import jit, remat
+from flaxen.nnx.variables import Variable
 
 PARTITION_NAME = "partition_name"
 _DEFAULT_STATE_AXES = {...: 0}
@@ -116,6 +117,35 @@ def _split_keys(lift: _lift.Lift, plan: list, n: int) -> dict[int, tp.Any]:
     return out
 
 
+def _partition_hook(plan: list, transform_metadata: tp.Mapping,
+                    then: tp.Callable | None = None) -> tp.Callable:
+    """A Lift hook that removes the partition name from mapped Variables' ``sharding`` inside
+    the transform (each slice sees its own layout); :func:`_restore_partitions` puts it back."""
+
+    def hook(args: tuple, kwargs: dict, inner: tp.Any) -> tuple[tuple, dict]:
+        if PARTITION_NAME in transform_metadata:
+            name = transform_metadata[PARTITION_NAME]
+            for (kind, ax), var in zip(plan, inner.leaf_objs()):
+                if kind == "axis" and var is not None:
+                    sharding = var._var_metadata.get("sharding")
+                    if sharding and len(sharding) > ax and sharding[ax] == name:
+                        var._var_metadata["sharding"] = (*sharding[:ax], *sharding[ax + 1:])
+        return then(args, kwargs) if then is not None else (args, kwargs)
+
+    return hook
+
+
+def _restore_partitions(lift: _lift.Lift, plan: list, transform_metadata: tp.Mapping) -> None:
+    if PARTITION_NAME not in transform_metadata or lift.flat is None:
+        return
+    name = transform_metadata[PARTITION_NAME]
+    for (kind, ax), var in zip(plan, lift.flat.leaves):
+        if kind == "axis" and isinstance(var, Variable):
+            sharding = var._var_metadata.get("sharding")
+            if sharding is not None and not (len(sharding) > ax and sharding[ax] == name):
+                _insert_partition(var, ax, transform_metadata)
+
+
 def _insert_partition(var: tp.Any, axis: int, transform_metadata: tp.Mapping) -> None:
     meta = var._var_metadata
     if "sharding" in meta and meta["sharding"] is not None and axis is not None:
@@ -157,12 +187,13 @@ def vmap(
             else:
                 in_values.append(v)
                 var_axes.append(a if kind == "axis" else None)
-        vm = jax.vmap(lift.pure(f), in_axes=(var_axes, leaf_axes), out_axes=(0, out_axes),
+        vm = jax.vmap(lift.pure(f, hook=_partition_hook(plan, transform_metadata)), in_axes=(var_axes, leaf_axes), out_axes=(0, out_axes),
                       axis_name=axis_name, axis_size=n, spmd_axis_name=spmd_axis_name)
         new_values, out_leaves = vm(in_values, lift.leaves)
         fixed, new_axes = _settle_outputs(lift, plan, values, new_values, state_axes)
         result = lift.finish(lift.out, fixed, out_leaves)
         _mark_new(lift, new_axes, transform_metadata)
+        _restore_partitions(lift, plan, transform_metadata)
         return result
 
     return wrapper
@@ -237,6 +268,19 @@ def _mark_new(lift: _lift.Lift, new_axes: list, transform_metadata: tp.Mapping) 
                 _insert_partition(var, ax, transform_metadata)
 
 
+def _move_out_axes(ys: tp.Any, out_axes: tp.Any) -> tp.Any:
+    """Moves the stacked axis 0 of the scan outputs to ``out_axes`` (a prefix of ``ys``)."""
+    if out_axes == 0 or out_axes is None or ys is None:
+        return ys
+
+    def move(ax: tp.Any, y: tp.Any) -> tp.Any:
+        if ax in (0, None):
+            return y
+        return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, ax), y)
+
+    return jax.tree_util.tree_map(move, out_axes, ys)
+
+
 def _from_axis0(x: tp.Any, axis: tp.Any) -> tp.Any:
     if axis is None:
         return jax.tree_util.tree_map(lambda a: a[0], x)
@@ -276,10 +320,11 @@ def scan(
     @functools.wraps(f)
     def wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         args = list(args)
-        if not args or carry_argnum >= len(args):
-            raise NNXTransformError(
-                "", f"nnx.scan: the carry is argument {carry_argnum} but {len(args)} "
-                "positional argument(s) were given", "Pass the carry positionally.")
+        if carry_argnum >= len(args):
+            raise NNXArgumentError(
+                "", f"nnx.scan: Expected at least {carry_argnum + 1} positional arguments (the "
+                f"carry is argument {carry_argnum}), got {len(args)}",
+                "Pass the carry (and the scanned inputs) positionally.")
         carry = args[carry_argnum]
         if any(_lift.is_node(leaf) for leaf in
                jax.tree_util.tree_leaves(carry, is_leaf=_lift.is_node)):
@@ -320,7 +365,8 @@ def scan(
             step_carry[0] = new_carry
             return y
 
-        pure = lift.pure(split_out, hook=put_carry)
+        pure = lift.pure(split_out, hook=_partition_hook(plan, transform_metadata, put_carry))
+        in_layout = [(p, d.type) for p, d in var_def_paths(lift.static.defs)]
 
         def body(c: tuple, x: tuple) -> tuple:
             user_carry, carried = c
@@ -335,7 +381,8 @@ def scan(
                 leaves[i] = v
             step_carry[0] = user_carry
             new_vals, out_leaves = pure(vals, leaves)
-            if lift.out.graphdef.defs[: lift.out.n_inputs] != lift.static.defs:
+            layout = [(p, d.type) for p, d in lift.out.var_paths[: lift.out.n_input_leaves]]
+            if layout != in_layout:
                 raise NNXTransformError(
                     "", "nnx.scan: the scanned function changed the structure of its module "
                     "arguments (added or removed attributes)",
@@ -364,8 +411,8 @@ def scan(
             new_axes.append(ax)
         ys = lift.finish(lift.out, final, out_leaves)
         _mark_new(lift, new_axes, transform_metadata)
-        if out_axes not in (0, None) and isinstance(out_axes, int):
-            ys = jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, out_axes), ys)
+        _restore_partitions(lift, plan, transform_metadata)
+        ys = _move_out_axes(ys, out_axes)
         return (carry_out, ys) if scan_output else carry_out
 
     return wrapper
@@ -494,7 +541,8 @@ class Scan(_Lifted):
 
     def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         n_args = len(args) + 1
-        in_axes = (None, *self.in_axes) if isinstance(self.in_axes, (tuple, list)) else tuple(
+        # a tuple of in_axes counts the module itself as position 0, like carry_argnum
+        in_axes = tuple(self.in_axes) if isinstance(self.in_axes, (tuple, list)) else tuple(
             None if i in (0, self.carry_argnum) else self.in_axes for i in range(n_args))
         return scan(
             lambda module, *a, **k: module(*a, **k), length=self.length, reverse=self.reverse,

@@ -21,8 +21,10 @@ import typing as tp
 import jax
 import numpy as np
 
+from flaxen.errors import RngStreamNotFoundError, TraceContextError
 from flaxen.nnx import filterlib
 from flaxen.nnx._graph_node import GraphNode
+from flaxen.nnx._trace import current_trace as _current_trace
 from flaxen.nnx.state import State
 from flaxen.nnx.variables import Variable
 
@@ -40,7 +42,11 @@ class RngKey(RngState):
 
 
 class RngCount(RngState):
+    """A stream's draw counter. A string filter naming the stream picks its key, not this
+    counter (select counters with ``nnx.RngCount``)."""
+
     __slots__ = ()
+    _string_filter_exempt = True
 
 
 # Eager ``jax.random.fold_in`` converts and checks its arguments in Python and dispatches a
@@ -71,6 +77,12 @@ class RngStream(GraphNode):
         self.count = RngCount(np.uint32(count) if isinstance(count, int) else count, tag=tag)
 
     def __call__(self) -> jax.Array:
+        if self._nnx_trace is not _current_trace():
+            raise TraceContextError(
+                f"Cannot call RngStream from a different trace level: the {self.tag!r} stream "
+                "was created under another JAX trace than the current one (captured by "
+                "closure inside a transform, or created inside one and used outside). Pass "
+                "the Rngs as an argument of the nnx transform instead.")
         count = self.count
         c = count.value
         base = self.key.value
@@ -115,11 +127,11 @@ class Rngs(GraphNode):
         if stream is None:
             stream = d.get("default")
             if stream is None:
-                raise AttributeError(
-                    f"No RNG stream named {name!r} in this Rngs (it has "
-                    f"{sorted(d) or 'none'}), and no 'default' stream to fall back to. "
-                    f"Create it with nnx.Rngs({name}=seed) or give a default: nnx.Rngs(seed)."
-                )
+                raise RngStreamNotFoundError(
+                    "", f"No RNG named {name!r} in this Rngs (it has {sorted(d) or 'none'}), "
+                    "and no 'default' stream to fall back to",
+                    f"Create it with nnx.Rngs({name}=seed), or give a default: "
+                    "nnx.Rngs(seed).")
         return stream
 
     def __getattr__(self, name: str) -> RngStream:
@@ -157,30 +169,33 @@ class Rngs(GraphNode):
         return f"Rngs({', '.join(self.__dict__)})"
 
 
+def _split_shape(pattern: SplitPattern) -> tuple[int, ...]:
+    """``(4, None, 3)`` -> ``(4, 1, 3)``: None marks an axis the keys are broadcast along."""
+    if isinstance(pattern, int):
+        return (pattern,)
+    return tuple(1 if p is None else p for p in pattern)
+
+
 def fork(state: State, split_filter: filterlib.Filter, split_pattern: SplitPattern
          ) -> tuple[State, State]:
     """Splits the RNG keys matching ``split_filter`` into ``split_pattern`` keys.
 
-    Returns ``(split_state, broadcast_state)``: matching streams get ``split(fold_in(key,
-    count), split_pattern)`` as their key and count 0, the rest are returned unchanged.
+    Returns ``(split_state, broadcast_state)``: each matching stream's key becomes
+    ``split(fold_in(key, count), shape)`` (``None`` entries of the pattern give size-1 axes)
+    in ``split_state``; every count and the other keys stay as they are in
+    ``broadcast_state``.
     """
     pred = filterlib.to_predicate(split_filter)
     flat = state.flat_state()
+    shape = _split_shape(split_pattern)
+    n = int(np.prod(shape))
     split_items, bcast_items = [], []
     for path, leaf in flat.items():
         if leaf.type is RngKey and pred(path, leaf):
-            count_path = (*path[:-1], "count")
-            count = flat[count_path].value
-            new = jax.random.split(jax.random.fold_in(leaf.value, count), split_pattern)
-            split_items.append((path, leaf.replace(new)))
+            count_leaf = flat.get((*path[:-1], "count"))
+            count = count_leaf.value if count_leaf is not None else 0
+            keys = jax.random.split(jax.random.fold_in(leaf.value, count), n)
+            split_items.append((path, leaf.replace(keys.reshape(shape))))
         else:
             bcast_items.append((path, leaf))
-    split_paths = {p[:-1] for p, _ in split_items}
-    final_bcast = []
-    for path, leaf in bcast_items:
-        if leaf.type is RngCount and path[:-1] in split_paths:
-            shape = split_pattern if isinstance(split_pattern, tuple) else (split_pattern,)
-            split_items.append((path, leaf.replace(np.zeros(shape, np.uint32))))
-        else:
-            final_bcast.append((path, leaf))
-    return State.from_flat_path(split_items), State.from_flat_path(final_bcast)
+    return State.from_flat_path(split_items), State.from_flat_path(bcast_items)

@@ -372,11 +372,35 @@ def test_rng_stream_and_rngs_fork():
 def test_fork_function_splits_only_matching_streams():
     state = nnx.state(nnx.Rngs(params=0, dropout=1))
     split, bcast = nnx.fork(state, "dropout", (2, 3))
+    assert set(split.flat_state()) == {("dropout", "key")}  # only keys are split
     assert split.dropout.key.value.shape == (2, 3)
-    assert split.dropout.count.value.shape == (2, 3)
-    assert set(bcast.flat_state()) == {("params", "key"), ("params", "count")}
-    split_all, none = nnx.fork(state, ..., 4)
-    assert none.flat_state() == {} and split_all.params.key.value.shape == (4,)
+    assert set(bcast.flat_state()) == {("params", "key"), ("params", "count"),
+                                       ("dropout", "count")}
+    split_all, rest = nnx.fork(state, ..., (4, None, 3))  # None: a size-1 broadcast axis
+    assert split_all.params.key.value.shape == (4, 1, 3)
+    assert set(rest.flat_state()) == {("params", "count"), ("dropout", "count")}
+
+
+def test_string_filter_picks_a_streams_key_not_its_counter():
+    rngs = nnx.Rngs(params=0, dropout=1)
+    _, drop, counts = nnx.split(rngs, "dropout", nnx.RngCount, ...)[:3]
+    assert set(drop.flat_state()) == {("dropout", "key")}
+    assert len(counts.flat_state()) == 2
+
+
+def test_rng_stream_refuses_a_foreign_trace():
+    import jax
+
+    rngs = nnx.Rngs(0)
+
+    @jax.jit
+    def f():
+        with pytest.raises(nnx.errors.TraceContextError, match="different trace level"):
+            rngs.params()
+
+    f()
+    with pytest.raises(AttributeError, match="No RNG named 'nope'.*nnx.Rngs\\(nope=seed\\)"):
+        nnx.Rngs(a=0).nope
 
 
 # -- SPMD ----------------------------------------------------------------------------------------
