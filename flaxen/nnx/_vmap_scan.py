@@ -187,7 +187,8 @@ def vmap(
             else:
                 in_values.append(v)
                 var_axes.append(a if kind == "axis" else None)
-        vm = jax.vmap(lift.pure(f, hook=_partition_hook(plan, transform_metadata)), in_axes=(var_axes, leaf_axes), out_axes=(0, out_axes),
+        vm = jax.vmap(lift.pure(f, hook=_partition_hook(plan, transform_metadata)),
+                      in_axes=(var_axes, leaf_axes), out_axes=(0, out_axes),
                       axis_name=axis_name, axis_size=n, spmd_axis_name=spmd_axis_name)
         new_values, out_leaves = vm(in_values, lift.leaves)
         fixed, new_axes = _settle_outputs(lift, plan, values, new_values, state_axes)

@@ -400,7 +400,7 @@ def test_rng_stream_refuses_a_foreign_trace():
 
     f()
     with pytest.raises(AttributeError, match="No RNG named 'nope'.*nnx.Rngs\\(nope=seed\\)"):
-        nnx.Rngs(a=0).nope
+        _ = nnx.Rngs(a=0).nope
 
 
 # -- SPMD ----------------------------------------------------------------------------------------
