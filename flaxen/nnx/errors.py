@@ -1,5 +1,22 @@
-"""Errors NNX raises (the classes live in :mod:`flaxen.errors`)."""
+"""Errors NNX raises (the classes live in :mod:`flaxen.errors`; this path is kept)."""
 
-from flaxen.errors import FlaxError, TraceContextError
+from flaxen.errors import (
+    FlaxError,
+    GraphStateMismatchError,
+    GraphUpdateStaticError,
+    NNXArgumentError,
+    NNXError,
+    NNXFilterError,
+    NNXTransformError,
+    NotAGraphNodeError,
+    RngStreamNotFoundError,
+    SetAttributesNotFoundError,
+    SowTypeError,
+    TraceContextError,
+)
 
-__all__ = ["FlaxError", "TraceContextError"]
+__all__ = [
+    "FlaxError", "GraphStateMismatchError", "GraphUpdateStaticError", "NNXArgumentError",
+    "NNXError", "NNXFilterError", "NNXTransformError", "NotAGraphNodeError",
+    "RngStreamNotFoundError", "SetAttributesNotFoundError", "SowTypeError", "TraceContextError",
+]
