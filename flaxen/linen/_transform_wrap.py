@@ -119,6 +119,8 @@ def collect_scopes(module: Any, args: tuple, kwargs: dict, what: str,
     """
     scope = _check_bound(module, what)
     try_setup(module, shallow=True)
+    if module._state.setup_called != SETUP_DONE and type(module)._flaxen_setup is not None:
+        validate_setup(module)
     index = _ScopeIndex()
     index.add(scope)
     if fields_out is not None:
@@ -250,6 +252,34 @@ def plan_key(plans: dict | None) -> Any:
         return ("t", p.kind, p.keys, tuple(key(sub) for sub, _ in p.items))
 
     return tuple((f, key(p)) for f, p in plans.items())
+
+
+class TestScope(Scope):
+    """The root scope of a dry run of ``setup``: every ``make_rng`` gives the same key.
+
+    ``setup`` code can tell it is being validated by this class (as under Flax).
+    """
+
+    def make_rng(self, name: str = "params") -> Any:
+        return jax.random.key(0)
+
+
+def validate_setup(module: Any) -> None:
+    """Runs ``module``'s ``setup`` abstractly on a throwaway scope before a transform.
+
+    Mistakes in ``setup`` (a name used twice, a bad attribute) then surface outside the
+    transform, where the traceback is plain. Nothing is computed (``jax.eval_shape``).
+    """
+
+    def run(_: Any) -> int:
+        root = TestScope({}, rngs={}, mutable=True)
+        try:
+            try_setup(module.clone(parent=root))
+        finally:
+            root.invalidate()
+        return 0
+
+    jax.eval_shape(run, 0)
 
 
 def _is_placeholder(x: Any) -> bool:

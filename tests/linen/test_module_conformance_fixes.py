@@ -286,3 +286,19 @@ def test_partial_module_class_can_be_transformed():
     model = nn.vmap(dense, variable_axes={"params": 0}, split_rngs={"params": True})(4)
     shapes = jax.tree_util.tree_map(jnp.shape, model.init(KEY, jnp.ones((3, 4, 4))))
     assert shapes == {"params": {"kernel": (3, 4, 4)}}
+
+
+def test_setup_is_dry_run_on_a_test_scope_before_a_transform():
+    scopes = []
+
+    class A(nn.Module):
+        def setup(self):
+            scopes.append(type(self.scope).__name__)
+            self.d = nn.Dense(2)
+
+        @nn.remat
+        def __call__(self, x):
+            return self.d(x)
+
+    A().init(KEY, jnp.ones((1, 2)))
+    assert scopes == ["TestScope", "Scope"]  # validated outside, then run inside
