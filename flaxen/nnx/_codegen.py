@@ -209,7 +209,9 @@ def make_merge_fn(defs: tuple) -> tp.Callable[[State], tp.Any] | None:
                 return "None"
             o = f"o{d.index}"
             ln.append(f"{o} = _new({src.const(d.type)}); _set_node_trace({o}, tr)")
-            items = [f"{src.const(k)}: {build(s)}" for k, s in d.attributes]
+            str_keys = d.type._graph_int_keys
+            items = [f"{src.const(str(k) if str_keys else k)}: {build(s)}"
+                     for k, s in d.attributes]
             ln.append(f"{src.const(setter)}({o}, {{{', '.join(items)}}})")
             return o
         subs = [build(s) for _, s in d.attributes]

@@ -167,7 +167,10 @@ def flatten(roots: tp.Sequence[tp.Any], root_paths: tp.Sequence[tuple] | None = 
             ids[id(x)] = i
             refs.append(x)
             d = x.__dict__
-            attrs = tuple((k, visit(d[k], (*path, k))) for k in _sort_keys(d))
+            if tx._graph_int_keys:
+                attrs = tuple((int(k), visit(d[k], (*path, int(k)))) for k in sorted(d, key=int))
+            else:
+                attrs = tuple((k, visit(d[k], (*path, k))) for k in _sort_keys(d))
             return NodeDef(tx, i, attrs, None)
         if isinstance(x, _ARRAYS):
             arrays[0] = True
@@ -294,10 +297,11 @@ def unflatten(defs: tuple, leaves: tp.Sequence[tp.Any],
             return var
         if d.type is PytreeType:
             return d.metadata.unflatten([build(s) for _, s in d.attributes])
+        str_keys = d.type._graph_int_keys
         obj = reuse.get(d.index) if reuse else None
         if obj is not None and type(obj) is d.type:
             built[d.index] = obj
-            new_attrs = {k: build(s) for k, s in d.attributes}
+            new_attrs = {str(k) if str_keys else k: build(s) for k, s in d.attributes}
             od = obj.__dict__
             for k in [k for k in od if k not in new_attrs]:
                 del od[k]
@@ -309,7 +313,7 @@ def unflatten(defs: tuple, leaves: tp.Sequence[tp.Any],
         built[d.index] = obj
         od = obj.__dict__
         for k, s in d.attributes:
-            od[k] = build(s)
+            od[str(k) if str_keys else k] = build(s)
         return obj
 
     roots = [build(d) for d in defs]

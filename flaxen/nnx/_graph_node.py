@@ -44,6 +44,9 @@ class GraphNode:
 
     __slots__ = ("_nnx_trace", "__dict__", "__weakref__")
     __treescope_repr__ = _treescope.graph_node_repr
+    # True for nodes whose attribute names are decimal strings standing for list indices
+    # (nnx.List): the graph walk uses the integer as the path key.
+    _graph_int_keys = False
 
     def __new__(cls, *args: tp.Any, **kwargs: tp.Any) -> GraphNode:
         obj = object.__new__(cls)

@@ -397,12 +397,16 @@ def pop(node: Node, *filters: filterlib.Filter) -> State | tuple[State, ...]:
                 buckets[i].append((p, _leaf_state(v)))
                 removed.append(p)
                 break
+    def attr(n: tp.Any, k: tp.Any) -> tp.Any:
+        return str(k) if type(n)._graph_int_keys else k
+
     for p in removed:
         parent = node
         for k in p[:-1]:
-            parent = parent.__dict__[k] if isinstance(parent, GraphNode) else parent[k]
+            parent = parent.__dict__[attr(parent, k)] if isinstance(parent, GraphNode) \
+                else parent[k]
         if isinstance(parent, GraphNode):
-            del parent.__dict__[p[-1]]
+            del parent.__dict__[attr(parent, p[-1])]
         else:
             del parent[p[-1]]
     eng._EPOCH[0] += 1

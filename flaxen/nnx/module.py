@@ -213,11 +213,17 @@ class Dict(Module, MutableMapping):
 
 
 class List(Module):
-    """A Module that is also a list: ``nnx.List([layer1, layer2])``; paths use indices."""
+    """A Module that is also a list: ``nnx.List([layer1, layer2])``.
+
+    Items are attributes named ``'0'``, ``'1'``, ... (``vars(lst)['0']``); graph paths and
+    State keys use the integer index (``state[0]``).
+    """
+
+    _graph_int_keys = True
 
     def __init__(self, iterable: tp.Iterable[tp.Any] = (), /) -> None:
         for i, v in enumerate(iterable):
-            self.__dict__[i] = v
+            self.__dict__[str(i)] = v
         _trace.bump()
 
     def __len__(self) -> int:
@@ -231,19 +237,20 @@ class List(Module):
         return j
 
     def __getitem__(self, i: int | slice) -> tp.Any:
+        d = self.__dict__
         if isinstance(i, slice):
-            return [self.__dict__[j] for j in range(*i.indices(len(self)))]
-        return self.__dict__[self._index(i)]
+            return [d[str(j)] for j in range(*i.indices(len(self)))]
+        return d[str(self._index(i))]
 
     def __setitem__(self, i: int, value: tp.Any) -> None:
-        _write(self, self._index(i), value)
+        _write(self, str(self._index(i)), value)
 
     def __iter__(self) -> tp.Iterator[tp.Any]:
         d = self.__dict__
-        return (d[i] for i in range(len(d)))
+        return (d[str(i)] for i in range(len(d)))
 
     def append(self, value: tp.Any) -> None:
-        _write(self, len(self.__dict__), value)
+        _write(self, str(len(self.__dict__)), value)
 
     def extend(self, values: tp.Iterable[tp.Any]) -> None:
         for v in values:
@@ -254,7 +261,7 @@ class List(Module):
         value = items.pop(self._index(i))
         self.check_valid_context("Cannot modify an nnx.List from a different JAX trace.")
         self.__dict__.clear()
-        self.__dict__.update(enumerate(items))
+        self.__dict__.update((str(j), v) for j, v in enumerate(items))
         _trace.bump()
         return value
 

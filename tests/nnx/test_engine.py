@@ -219,3 +219,17 @@ def test_sow_and_set_attributes_errors_name_the_attribute():
         Foo().sow(nnx.Intermediate, "y", 1)
     with pytest.raises(errors.SetAttributesNotFoundError, match="{'nope'}"):
         Foo().set_attributes(nope=1)
+
+
+def test_list_items_are_string_attributes_with_integer_paths():
+    lst = nnx.List([nnx.Param(1.0), nnx.Param(2.0)])
+    assert vars(lst)["0"] is lst[0]
+    gd, st = nnx.split(lst)
+    assert set(st.flat_state()) == {(0,), (1,)}
+    lst2 = nnx.merge(gd, st)
+    assert vars(lst2)["1"].value == 2.0
+    for _ in range(3):  # past the codegen threshold: the generated merge agrees
+        lst2 = nnx.merge(*nnx.split(lst2))
+    assert list(vars(lst2)) == ["0", "1"]
+    nnx.pop(lst2, nnx.Param)
+    assert len(lst2) == 0
