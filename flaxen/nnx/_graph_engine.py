@@ -118,6 +118,8 @@ class FlatGraph:
 
     def values(self) -> list:
         """The current value of every leaf (a Variable's raw value, or the bare array)."""
+        if not self.has_arrays:
+            return [x.raw_value for x in self.leaves]
         return [x.raw_value if isinstance(x, Variable) else x for x in self.leaves]
 
     def refmap(self) -> dict[int, int]:
