@@ -520,7 +520,8 @@ class Scan(_Lifted):
                  module_init_kwargs: tp.Mapping | None = None,
                  ) -> None:
         if length is None:
-            raise ValueError("nnx.Scan needs length= (the number of stacked modules).")
+            raise NNXArgumentError("", "nnx.Scan needs length= (the number of stacked "
+                                   "modules)", "Pass e.g. nnx.Scan(Block, length=4).")
         self.module_constructor = module_constructor
         self.length = length
         self.reverse = reverse

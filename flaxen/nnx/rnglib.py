@@ -21,7 +21,7 @@ import typing as tp
 import jax
 import numpy as np
 
-from flaxen.errors import RngStreamNotFoundError, TraceContextError
+from flaxen.errors import NNXArgumentError, RngStreamNotFoundError, TraceContextError
 from flaxen.nnx import filterlib
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._trace import current_trace as _current_trace
@@ -62,10 +62,9 @@ def _to_key(value: tp.Any, tag: str) -> jax.Array:
         return jax.random.key(int(value))
     if isinstance(value, jax.Array) or isinstance(value, np.ndarray):
         return value
-    raise TypeError(
-        f"Rngs stream {tag!r}: expected an int seed or a JAX PRNG key, got "
-        f"{type(value).__name__}."
-    )
+    raise NNXArgumentError(
+        f"/{tag}", f"Rngs stream {tag!r}: expected an int seed or a JAX PRNG key, got a "
+        f"{type(value).__name__}", f"Pass e.g. nnx.Rngs({tag}=0) or a jax.random.key(0).")
 
 
 class RngStream(GraphNode):

@@ -24,6 +24,7 @@ from collections.abc import Mapping, MutableMapping
 
 import jax
 
+from flaxen.errors import NNXFilterError
 from flaxen.nnx import _treescope, filterlib
 
 Key = tp.Hashable
@@ -185,11 +186,11 @@ def _split(state: State, filters: tuple, exhaustive: bool) -> tuple[State, ...]:
                 break
         else:
             if exhaustive:
-                raise ValueError(
-                    f"State.split: the leaf at path /{'/'.join(map(str, path))} "
-                    f"({_describe(leaf)}) matches none of the filters {list(filters)!r}. "
-                    "Add a filter for it, or '...' as the last filter to take the rest."
-                )
+                raise NNXFilterError(
+                    f"/{'/'.join(map(str, path))}", f"State.split: Non-exhaustive filters, got "
+                    f"a non-empty remainder: this leaf ({_describe(leaf)}) matches none of the "
+                    f"filters {list(filters)!r}",
+                    "Add a filter for it, or '...' as the last filter to take the rest.")
     return tuple(State.from_flat_path(b) for b in buckets)
 
 
