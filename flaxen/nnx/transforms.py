@@ -112,6 +112,7 @@ class JitWrapped:
             jit_kwargs["abstracted_axes"] = abstracted_axes
         self._jit_kwargs = jit_kwargs
         self._compiled: dict[tuple, tp.Callable] = {}
+        self._last_static: _lift.InStatic | None = None
         self._default = self._make_jitted(())
 
     def _make_jitted(self, donate_leaf_args: tuple) -> tp.Callable:
@@ -153,6 +154,11 @@ class JitWrapped:
             donate_idx = _donated_leaf_indices(args, kwargs, self.donate_argnums,
                                                self.donate_argnames)
         lift = _lift.Lift(args, kwargs, extra=(static_vals, donate_idx))
+        last = self._last_static
+        if last is not None and last == lift.static:
+            lift.static = last  # the same object again: jax's cache lookup stops at identity
+        else:
+            self._last_static = lift.static
         leaves = lift.leaves
         if self.in_shardings is not UNSPECIFIED and self.in_shardings is not None:
             leaves = _place_inputs(self.in_shardings, args, kwargs, leaves, lift)
