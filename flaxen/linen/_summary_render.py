@@ -47,6 +47,8 @@ def _normalize(tree: Any) -> Any:
     tree = jax.tree_util.tree_map(_leaf_markup, tree, is_leaf=_is_leaf)
 
     def norm(x: Any) -> Any:
+        if isinstance(x, enum.Enum):  # before str: a str-valued enum prints as its value
+            return norm(x.value)
         if isinstance(x, str):
             return x
         if isinstance(x, (tuple, list)):
@@ -55,8 +57,6 @@ def _normalize(tree: Any) -> Any:
             items = {norm(k): norm(v) for k, v in x.items()}
         elif dataclasses.is_dataclass(x) and not isinstance(x, type):
             items = {f.name: norm(getattr(x, f.name)) for f in dataclasses.fields(x)}
-        elif isinstance(x, enum.Enum):
-            return norm(x.value)
         else:
             return repr(x)
         try:

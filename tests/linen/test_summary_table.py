@@ -66,3 +66,20 @@ def test_tabulate_lifted_scan_leaks_no_tracers():
         text = Stack().tabulate(KEY, jnp.ones((2, 3, 5)), compute_flops=True,
                                 console_kwargs={"force_terminal": False, "width": 200})
     assert "cell/ii" in text
+
+
+def test_str_enum_input_keys_print_as_their_value():
+    import enum
+
+    class Key(str, enum.Enum):
+        feats = "feats"
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, inputs):
+            return nn.Dense(2)(inputs[Key.feats])
+
+    text = Net().tabulate(KEY, {Key.feats: jnp.ones((1, 3))},
+                          console_kwargs={"force_terminal": False, "width": 200})
+    assert "feats: float32[1,3]" in text
+    assert "Key.feats" not in text
