@@ -71,7 +71,7 @@ def test_tabulate_lifted_scan_leaks_no_tracers():
 def test_str_enum_input_keys_print_as_their_value():
     import enum
 
-    class Key(str, enum.Enum):
+    class Key(str, enum.Enum):  # noqa: UP042 (the (str, Enum) form users write)
         feats = "feats"
 
     class Net(nn.Module):
