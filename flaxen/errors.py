@@ -22,6 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "NNXInteropError",
+    "InvalidNNXValueError",
     "NNXArgumentError",
     "SowTypeError",
     "SetAttributesNotFoundError",
@@ -512,7 +514,23 @@ class NNXError(FlaxError):
         self.problem = problem
         self.fix = self.default_fix if fix is None else fix
         where = f"at {path}: " if path else ""
-        super().__init__(f"{where}{problem}. {self.fix}".rstrip())
+        end = " " if problem.endswith((".", "?", ")")) and self.fix else ". " if self.fix else ""
+        if not self.fix and not problem.endswith((".", "?", ")")):
+            end = "."
+        super().__init__(f"{where}{problem}{end}{self.fix}".rstrip())
+
+
+class NNXInteropError(NNXError, ValueError):
+    """A Linen<->NNX wrapper (``LinenWrapper``, ``NNXWrapper``, ``Functional``) was misused."""
+
+    default_fix = ""  # each message says its own fix
+
+
+class InvalidNNXValueError(NNXError, ValueError):
+    """A value handed to an NNX object has the wrong kind or shape (a Variable assigned as
+    another Variable's value, metric inputs of the wrong shape or dtype)."""
+
+    default_fix = ""  # each message says its own fix
 
 
 class GraphStateMismatchError(NNXError, ValueError):

@@ -56,6 +56,8 @@ CASES = {
     "RngStreamNotFoundError": ("rngs/dropout", "no 'dropout' stream", "add it to Rngs"),
     "SowTypeError": ("model/intermediates", "the slot holds an int", "choose another name"),
     "SetAttributesNotFoundError": ("model", "no attribute 'deterministic'", "check the name"),
+    "NNXInteropError": ("", "LinenWrapper: call init() first, it records the graph."),
+    "InvalidNNXValueError": ("", "Cannot assign a Param as a value; assign its .value."),
     "TorchConversionError": ("torch key fc.weight maps nowhere",),
     "TraceContextError": ("cannot mutate across traces",),
     "TransformTargetError": ("dense_instance",),

@@ -39,6 +39,7 @@ import jax
 from flaxen import linen
 from flaxen.core import meta
 from flaxen.core.frozen_dict import FrozenDict
+from flaxen.errors import NNXInteropError
 from flaxen.nnx import filterlib
 from flaxen.nnx import graph as graphlib
 from flaxen.nnx.module import Module
@@ -125,7 +126,8 @@ class Functional(tp.Generic[M]):
     def apply(self, *states: tp.Any) -> tp.Any:
         """``apply(state)(*args)`` -> ``(output, (graphdef, new_state))``."""
         if self.graphdef is None:
-            raise ValueError(
+            raise NNXInteropError(
+                "",
                 f"Functional({self.module_type.__name__}).apply: call init() first; it builds "
                 "the module and records its graph definition."
             )
@@ -224,7 +226,8 @@ class LinenWrapper(Module):
         collections = list(self.collections)
         for col, tree in variables.items():
             if col in _RESERVED:
-                raise ValueError(
+                raise NNXInteropError(
+                    "",
                     f"LinenWrapper: the Linen module has a collection named {col!r}, which "
                     "clashes with the wrapper's own attribute of that name. Rename the "
                     "collection."
@@ -246,7 +249,8 @@ class LinenWrapper(Module):
     def __call__(self, *args: tp.Any, rngs: Rngs | None = None, method: tp.Any = None,
                  mutable: tp.Any = None, **kwargs: tp.Any) -> tp.Any:
         if not self.collections:
-            raise ValueError(
+            raise NNXInteropError(
+                "",
                 f"{type(self).__name__}: the Linen module has no variables yet; initialize it "
                 "first (LinenWrapper does at construction, ToNNX with lazy_init(...))."
             )
@@ -297,7 +301,8 @@ def _put(lm: linen.Module, items: list[tuple[tuple, Variable]], only: set | None
         col = collection_name(type(var))
         keys = tuple(str(k) for k in path)
         if not keys:
-            raise ValueError("NNXWrapper: the wrapped object is itself a Variable; wrap a Module.")
+            raise NNXInteropError(
+                "", "NNXWrapper: the wrapped object is itself a Variable; wrap a Module.")
         if only is not None and (col, keys[0]) not in only:
             continue
         if skip_immutable and not lm.is_mutable_collection(col):
@@ -359,7 +364,8 @@ def _call_nnx(lm: linen.Module, constructor: tp.Any, args: tuple, kwargs: Mappin
             missing.append("/" + "/".join(key))
         originals[id(var)] = var.raw_value
     if missing:
-        raise ValueError(
+        raise NNXInteropError(
+            "",
             f"NNXWrapper({getattr(constructor, '__name__', constructor)}): the variables "
             f"passed to apply have no {missing[0]}" + (f" (and {len(missing) - 1} more)"
                                                        if len(missing) > 1 else "")
@@ -375,7 +381,8 @@ def _call_nnx(lm: linen.Module, constructor: tp.Any, args: tuple, kwargs: Mappin
                 changed.add((col, name))
         elif var.raw_value is not originals[id(var)]:
             if not lm.is_mutable_collection(col):
-                raise ValueError(
+                raise NNXInteropError(
+                    "",
                     f"NNXWrapper: the call updated {col}/{'/'.join(map(str, path))}, but the "
                     f"collection {col!r} is not mutable. Pass mutable=[{col!r}] to apply (or "
                     "put the module in eval mode)."

@@ -24,7 +24,7 @@ import typing as tp
 
 import jax
 
-from flaxen.errors import TraceContextError
+from flaxen.errors import InvalidNNXValueError, TraceContextError
 from flaxen.nnx import _trace, _treescope
 
 A = tp.TypeVar("A")
@@ -205,7 +205,8 @@ class Variable(tp.Generic[A]):
     @value.setter
     def value(self, value: A) -> None:
         if isinstance(value, Variable):
-            raise ValueError(
+            raise InvalidNNXValueError(
+                "",
                 f"Cannot assign a {type(value).__name__} as the value of a "
                 f"{type(self).__name__}; assign its .value instead."
             )

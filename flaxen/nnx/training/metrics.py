@@ -15,6 +15,7 @@ import typing as tp
 import jax
 import jax.numpy as jnp
 
+from flaxen.errors import InvalidNNXValueError, NNXArgumentError
 from flaxen.nnx.module import Module
 from flaxen.nnx.variables import Variable
 
@@ -52,7 +53,8 @@ class Average(Metric):
 
     def update(self, **kwargs: tp.Any) -> None:
         if self.argname not in kwargs:
-            raise TypeError(
+            raise NNXArgumentError(
+                "",
                 f"{type(self).__name__}.update expects the keyword argument "
                 f"{self.argname!r}, got {sorted(kwargs)}."
             )
@@ -70,7 +72,8 @@ class Accuracy(Average):
 
     def update(self, *, logits: jax.Array, labels: jax.Array, **_: tp.Any) -> None:  # type: ignore[override]
         if logits.ndim != labels.ndim + 1 or not jnp.issubdtype(labels.dtype, jnp.integer):
-            raise ValueError(
+            raise InvalidNNXValueError(
+                "",
                 f"Expected integer labels of shape (...) and logits of shape (..., classes) "
                 f"(logits.ndim == labels.ndim + 1); Accuracy.update got logits {logits.shape} "
                 f"and labels {labels.shape} ({labels.dtype}). Pass class indices as labels, "

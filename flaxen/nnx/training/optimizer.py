@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from flaxen.errors import GraphStateMismatchError, NNXFilterError
 from flaxen.nnx import filterlib
 from flaxen.nnx.graph import state as _state
 from flaxen.nnx.graph import update as _update
@@ -119,7 +120,8 @@ def _raise_empty_wrt(model: tp.Any, wrt: tp.Any) -> tp.NoReturn:
         found.setdefault(leaf.type.__name__, []).append("/" + "/".join(map(str, path)))
     have = "; ".join(f"{k} at {', '.join(v[:3])}{', ...' if len(v) > 3 else ''}"
                      for k, v in found.items()) or "none"
-    raise ValueError(
+    raise NNXFilterError(
+        "",
         f"nnx.Optimizer: the filter wrt={_filter_name(wrt)} matches no Variable of the "
         f"{type(model).__name__} model, so there is nothing to optimize (the model's Variables: "
         f"{have}). Pass a wrt filter that selects the state to train, e.g. wrt=nnx.Param."
@@ -137,7 +139,8 @@ def _raise_mismatch(params: State, grads: tp.Any) -> tp.NoReturn:
     if extra:
         where.append(f"unexpected {'/' + '/'.join(map(str, extra[0]))}")
     detail = ", ".join(where) or "same paths but different nesting or leaf types"
-    raise ValueError(
+    raise GraphStateMismatchError(
+        "",
         f"Optimizer.update: the gradients do not have the structure of the model's parameters "
         f"({detail}). Compute them with nnx.grad(loss_fn, wrt=...) on the same model and the "
         "same wrt filter as the Optimizer."

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import optax
 
 from flaxen import struct
+from flaxen.errors import GraphStateMismatchError, NNXArgumentError
 from flaxen.nnx.graph import GraphDef
 from flaxen.nnx.state import State
 
@@ -50,7 +51,8 @@ class TrainState(struct.PyTreeNode):
                **kwargs: tp.Any) -> TrainState:
         """A new state with ``opt_state=tx.init(params)``; ``kwargs`` fill a subclass's fields."""
         if not isinstance(graphdef, GraphDef):
-            raise TypeError(
+            raise NNXArgumentError(
+                "",
                 f"TrainState.create expects the model's GraphDef first (from nnx.split(model)), "
                 f"got {type(graphdef).__name__}."
             )
@@ -114,7 +116,8 @@ def _raise_mismatch(params: State, grads: tp.Any) -> tp.NoReturn:
         what = f"the gradient at {extra[0]} has no parameter"
     else:
         what = "same paths, but the leaves differ in type or metadata"
-    raise ValueError(
+    raise GraphStateMismatchError(
+        "",
         f"TrainState.apply_gradients: grads do not have the structure of params ({what}). "
         "Differentiate with respect to state.params itself, e.g. jax.grad(loss_fn)(state.params)."
     )
