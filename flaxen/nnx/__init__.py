@@ -1,7 +1,7 @@
 """flaxen.nnx: Pythonic modules (plain objects holding Variables) and lifted transforms.
 
-Also importable as ``flaxen.experimental.nnx`` (the path the spec's Flax 0.8.3 used); both
-names give the same objects.
+Follows today's ``flax.nnx`` (Flax 0.12.8); the spec's Flax 0.8.3 API stays at
+``flaxen.experimental.nnx``, on the same engine.
 
 >>> import jax.numpy as jnp
 >>> from flaxen import nnx

@@ -29,7 +29,7 @@ from flaxen.nnx import _lift, filterlib
 from flaxen.nnx._graphdef import var_def_paths
 from flaxen.nnx.module import Module
 from flaxen.nnx.rnglib import RngKey, RngState
-from flaxen.nnx.transforms import jit, remat
+from flaxen.nnx.transforms.legacy import jit, remat
 from flaxen.nnx.variables import Variable
 
 PARTITION_NAME = "partition_name"

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, PartitionSpec
 
-from flaxen import nnx
 from flaxen.errors import InvalidFilterError
+from flaxen.experimental import nnx
 
 
 class Block(nnx.Module):

@@ -8,7 +8,7 @@ import optax
 import pytest
 
 from flaxen import linen as nn
-from flaxen import nnx
+from flaxen.experimental import nnx
 from flaxen.nnx import bridge, compatibility
 
 

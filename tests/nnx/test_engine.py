@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from flaxen import errors, nnx
+from flaxen import errors
+from flaxen.experimental import nnx
 from flaxen.nnx import _graphdef
 from flaxen.nnx.graph import PytreeType
 

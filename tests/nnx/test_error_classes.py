@@ -4,7 +4,8 @@ import jax.numpy as jnp
 import optax
 import pytest
 
-from flaxen import errors, nnx
+from flaxen import errors
+from flaxen.experimental import nnx
 
 
 def test_optimizer_wrt_matching_nothing_is_a_filter_error():

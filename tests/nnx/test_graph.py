@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import pytest
 
-from flaxen import nnx
+from flaxen.experimental import nnx
 
 
 class Pair(nnx.Module):

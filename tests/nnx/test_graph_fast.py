@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from flaxen import nnx
+from flaxen.experimental import nnx
 from flaxen.nnx import graph as graph_mod
 from flaxen.nnx import rnglib
 

@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from flaxen import linen, nnx
+from flaxen import linen
+from flaxen.experimental import nnx
 
 
 def _same(a, b):

@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import pytest
 
-from flaxen import nnx
+from flaxen.experimental import nnx
 
 LOGITS = jnp.array([[0.1, 0.9], [0.8, 0.2], [0.3, 0.7], [0.6, 0.4], [0.2, 0.8]])
 LABELS = jnp.array([1, 1, 0, 0, 1])  # argmax is [1, 0, 1, 0, 1]: 3 of 5 right

@@ -7,7 +7,7 @@ import optax
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from flaxen import nnx
+from flaxen.experimental import nnx
 
 
 def test_optimizer_matches_optax_and_rejects_other_structure():

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from flaxen import nnx
+from flaxen.experimental import nnx
 
 
 class Counter(nnx.Module):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from flaxen import nnx
+from flaxen.experimental import nnx
 
 
 class Counter(nnx.Module):

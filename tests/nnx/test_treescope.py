@@ -6,7 +6,7 @@ import sys
 import jax.numpy as jnp
 import pytest
 
-from flaxen import nnx
+from flaxen.experimental import nnx
 
 treescope = pytest.importorskip("treescope")
 

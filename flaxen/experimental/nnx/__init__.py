@@ -1,16 +1,124 @@
-"""``flaxen.experimental.nnx``: the same objects as :mod:`flaxen.nnx`, under the spec's path.
+"""``flaxen.experimental.nnx``: NNX as Flax 0.8.3 published it (the spec's API), kept exactly.
 
->>> from flaxen.experimental import nnx as exp_nnx
->>> from flaxen import nnx
->>> exp_nnx.Linear is nnx.Linear
-True
+``flaxen.nnx`` follows today's ``flax.nnx``; this namespace keeps the 0.8.3 faces
+(``Optimizer(model, tx)``, the 0.8.3 transform signatures, ``State`` of ``VariableState``).
+Both run on the one engine in ``flaxen/nnx/``: where the two APIs agree the objects are
+shared, where they differ this file imports the 0.8.3 face explicitly, so a change to
+``flaxen.nnx``'s namespace never reaches code written for 0.8.3.
+
+>>> import jax.numpy as jnp
+>>> from flaxen.experimental import nnx
+>>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+>>> model(jnp.ones((1, 2))).shape
+(1, 3)
 """
 
 import sys as _sys
 
-from flaxen import nnx as _nnx
-from flaxen.nnx import *  # noqa: F403
-from flaxen.nnx import __getattr__  # noqa: F401 - lazy names (TrainState, compatibility)
+from flaxen.nnx import module as module
+from flaxen.nnx import nn as nn
+from flaxen.nnx import training as training
+from flaxen.nnx import transforms as transforms
+from flaxen.nnx import visualization as visualization
 
-globals().update({k: v for k, v in vars(_nnx).items() if not k.startswith("__")})
-_sys.modules[__name__ + ".nnx"] = _nnx  # flax.experimental.nnx.nnx.* paths in reprs
+from flaxen.nnx import errors, filterlib, graph
+from flaxen.nnx import rnglib as rnglib
+from flaxen.nnx import spmd as spmd
+from flaxen.nnx import variables as variables
+from flaxen.nnx._vmap_scan import Jit, Remat, Scan, Vmap, scan, vmap
+from flaxen.nnx.errors import TraceContextError
+from flaxen.nnx.filterlib import All, Any, Everything, Not, Nothing, OfType, PathContains, WithTag
+from flaxen.nnx.graph import (
+    GraphDef,
+    GraphNode,
+    UpdateContext,
+    clone,
+    merge,
+    pop,
+    split,
+    state,
+    update,
+)
+from flaxen.nnx.graph import graphdef as graphdef
+from flaxen.nnx.module import Dict, List, Module, Sequential
+from flaxen.nnx.nn.attention import MultiHeadAttention
+from flaxen.nnx.nn.linear import Conv, Einsum, Embed, Linear, LinearGeneral
+from flaxen.nnx.nn.normalization import BatchNorm, GroupNorm, LayerNorm, RMSNorm
+from flaxen.nnx.nn.stochastic import Dropout
+from flaxen.nnx.rnglib import RngCount, RngKey, Rngs, RngState, RngStream, fork
+from flaxen.nnx.spmd import (
+    PARTITION_NAME,
+    get_named_sharding,
+    get_partition_spec,
+    with_partitioning,
+    with_sharding_constraint,
+)
+from flaxen.nnx.state import State
+from flaxen.nnx.training import metrics as metrics
+from flaxen.nnx.training.metrics import Accuracy, Average, Metric, MultiMetric
+from flaxen.nnx.training.optimizer import Optimizer, OptState
+from flaxen.nnx.transforms.legacy import eval_shape, grad, jit, remat, value_and_grad
+from flaxen.nnx.variables import (
+    EMPTY,
+    BatchStat,
+    Cache,
+    Empty,
+    Intermediate,
+    Param,
+    Variable,
+    VariableMetadata,
+    VariableState,
+    with_metadata,
+)
+from flaxen.nnx.visualization import display
+
+# the pure functions shared with Linen (flaxen.layer_math: no Linen import)
+from flaxen.layer_math import activations as _activations
+from flaxen.layer_math import initializers as initializers
+from flaxen.layer_math.attention import (
+    combine_masks,
+    dot_product_attention,
+    make_attention_mask,
+    make_causal_mask,
+)
+from flaxen.layer_math.pooling import avg_pool, max_pool, min_pool, pool
+
+_ACTIVATIONS = (
+    "celu", "elu", "gelu", "glu", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh",
+    "leaky_relu", "log_sigmoid", "log_softmax", "logsumexp", "normalize", "one_hot", "relu",
+    "relu6", "selu", "sigmoid", "silu", "soft_sign", "softmax", "softplus", "standardize",
+    "swish", "tanh",
+)
+globals().update({name: getattr(_activations, name) for name in _ACTIVATIONS})
+
+
+_LAZY = {
+    # loaded on first use: TrainState needs flaxen.struct, the interop modules flaxen.linen
+    "TrainState": ("flaxen.nnx.training.train_state", "TrainState"),
+    "compatibility": ("flaxen.nnx.compatibility", None),
+    "bridge": ("flaxen.nnx.bridge", None),
+}
+
+
+def __getattr__(name: str):
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'flaxen.experimental.nnx' has no attribute {name!r}")
+    import importlib
+
+    module_name, attr = target
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name != module_name:
+            raise
+        raise AttributeError(
+            f"module 'flaxen.experimental.nnx' has no attribute {name!r} ({module_name} is missing)"
+        ) from e
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value
+
+
+# reprs and pickles name 0.8.3 paths like flax.experimental.nnx.nnx.*
+_sys.modules[__name__ + ".nnx"] = _sys.modules["flaxen.nnx"]
