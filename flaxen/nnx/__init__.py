@@ -35,6 +35,15 @@ from flaxen.nnx.nn.linear import Conv, Einsum, Embed, Linear, LinearGeneral
 from flaxen.nnx.nn.normalization import BatchNorm, GroupNorm, LayerNorm, RMSNorm
 from flaxen.nnx.nn.stochastic import Dropout
 from flaxen.nnx.rnglib import RngCount, RngKey, Rngs, RngState, RngStream, fork
+from flaxen.nnx._rng_ops import (
+    SplitBackups,
+    backup_keys,
+    fork_rngs,
+    reseed,
+    restore_rngs,
+    split_rngs,
+    with_rngs,
+)
 from flaxen.nnx.spmd import (
     PARTITION_NAME,
     get_named_sharding,

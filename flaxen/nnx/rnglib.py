@@ -2,7 +2,12 @@
 
 Each stream holds a base key (:class:`RngKey`) and a counter (:class:`RngCount`); calling it
 returns ``jax.random.fold_in(key, count)`` and increments the count, so the keys a model
-draws are reproducible and, inside transforms, traced like any other state.
+draws are reproducible and, inside transforms, traced like any other state. This file is
+today's face (Flax 0.12.8): ``RngStream(key, tag=...)``, ``Rngs.fork()`` returning an
+``Rngs``; the functions that rewrite the streams of a whole graph (``split_rngs``,
+``fork_rngs``, ``with_rngs``, ``reseed``, ``restore_rngs``) live in
+:mod:`flaxen.nnx._rng_ops`. The Flax 0.8.3 faces subclass these in
+``flaxen/experimental/nnx/_rngs.py``.
 
 >>> import jax
 >>> from flaxen import nnx
@@ -16,9 +21,12 @@ True
 
 from __future__ import annotations
 
+import functools
 import typing as tp
+import warnings
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from flaxen.errors import NNXArgumentError, RngStreamNotFoundError, TraceContextError
@@ -29,6 +37,7 @@ from flaxen.nnx.state import State
 from flaxen.nnx.variables import Variable
 
 SplitPattern = int | tuple[int, ...] | None
+RngValue = int | jax.Array
 
 
 class RngState(Variable[jax.Array]):
@@ -38,6 +47,8 @@ class RngState(Variable[jax.Array]):
 
 
 class RngKey(RngState):
+    """A stream's base key."""
+
     __slots__ = ()
 
 
@@ -58,30 +69,119 @@ _Tracer = jax.core.Tracer
 
 
 def _to_key(value: tp.Any, tag: str) -> jax.Array:
-    if isinstance(value, (int, np.integer)):
+    if isinstance(value, (bool, np.bool_)):
+        pass  # a bool is an int to Python, never a seed
+    elif isinstance(value, (int, np.integer)):
         return jax.random.key(int(value))
-    if isinstance(value, jax.Array) or isinstance(value, np.ndarray):
-        return value
+    elif isinstance(value, (jax.Array, np.ndarray)):
+        if jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
+            return value
+        if value.dtype == np.uint32 and value.shape[-1:] == (2,):
+            return jax.random.wrap_key_data(value)  # a raw (legacy) PRNGKey
+        if jnp.issubdtype(value.dtype, jnp.integer) and value.ndim == 0:
+            return jax.random.key(value)
     raise NNXArgumentError(
-        f"/{tag}", f"Rngs stream {tag!r}: expected an int seed or a JAX PRNG key, got a "
-        f"{type(value).__name__}", f"Pass e.g. nnx.Rngs({tag}=0) or a jax.random.key(0).")
+        f"/{tag}", f"Rngs stream {tag!r}: expected an int seed or a JAX PRNG key, got "
+        f"{type(value).__name__} {getattr(value, 'dtype', '')}".rstrip(),
+        f"Pass e.g. nnx.Rngs({tag}=0) or nnx.Rngs({tag}=jax.random.key(0)).")
 
 
-class RngStream(GraphNode):
-    """One named stream: ``stream()`` gives a fresh key; ``stream.fork(n)`` n split keys."""
+def _zero_counts(shape: tuple[int, ...]) -> tp.Any:
+    # scalar streams keep a numpy counter: the eager fast path of __call__ reads it
+    return np.uint32(0) if shape == () else jnp.zeros(shape, dtype=jnp.uint32)
 
-    def __init__(self, tag: str, key: tp.Any, count: tp.Any = 0) -> None:
+
+def _as_shape(k: int | tuple[int, ...]) -> tuple[int, ...]:
+    return (k,) if isinstance(k, int) else tuple(k)
+
+
+# --- random helpers: ``rngs.normal(shape)``, ``rngs.params.lecun_normal()(shape)`` ----------
+
+_RANDOM_FUNCTIONS = (
+    "bits", "uniform", "randint", "permutation", "choice", "normal", "multivariate_normal",
+    "truncated_normal", "bernoulli", "beta", "cauchy", "dirichlet", "exponential", "gamma",
+    "loggamma", "poisson", "gumbel", "categorical", "laplace", "logistic", "pareto", "t",
+    "chisquare", "f", "rademacher", "maxwell", "double_sided_maxwell", "weibull_min",
+    "orthogonal", "generalized_normal", "ball", "rayleigh", "wald", "geometric", "triangular",
+    "lognormal", "binomial", "multinomial",
+)
+_INITIALIZERS = (
+    "delta_orthogonal", "glorot_normal", "glorot_uniform", "he_normal", "he_uniform",
+    "kaiming_normal", "kaiming_uniform", "lecun_normal", "lecun_uniform", "variance_scaling",
+    "xavier_normal", "xavier_uniform",
+)
+
+
+def _draw_with(name: str) -> tp.Callable[..., jax.Array]:
+    fn = getattr(jax.random, name)
+
+    @functools.wraps(fn)
+    def draw(self: tp.Any, *args: tp.Any, **kwargs: tp.Any) -> jax.Array:
+        return fn(self(), *args, **kwargs)
+
+    draw.__doc__ = f"``jax.random.{name}`` with the next key of this stream."
+    return draw
+
+
+def _keyless_initializer(name: str) -> tp.Callable[..., tp.Callable[..., jax.Array]]:
+    make = getattr(jax.nn.initializers, name)
+
+    def initializer(self: tp.Any, *args: tp.Any, **kwargs: tp.Any) -> tp.Callable:
+        init = make(*args, **kwargs)
+
+        def keyless(*shape_args: tp.Any, **shape_kwargs: tp.Any) -> jax.Array:
+            return init(self(), *shape_args, **shape_kwargs)
+
+        return keyless
+
+    initializer.__name__ = name
+    initializer.__doc__ = (f"``jax.nn.initializers.{name}(...)`` that draws its key from this "
+                           "stream: call the result with ``(shape, dtype)``.")
+    return initializer
+
+
+class _RandomMethods:
+    """Mixin: one method per ``jax.random`` sampler and per keyed initializer constructor."""
+
+    __slots__ = ()
+
+
+for _name in _RANDOM_FUNCTIONS:
+    if hasattr(jax.random, _name):
+        setattr(_RandomMethods, _name, _draw_with(_name))
+for _name in _INITIALIZERS:
+    if hasattr(jax.nn.initializers, _name):
+        setattr(_RandomMethods, _name, _keyless_initializer(_name))
+
+
+# --- the stream and the collection of streams -----------------------------------------------
+
+
+class RngStream(_RandomMethods, GraphNode):
+    """One named stream: ``stream()`` gives a fresh key (``fold_in(key, count)``, count += 1).
+
+    >>> from flaxen import nnx
+    >>> s = nnx.RngStream(0, tag='params')
+    >>> s.split(4).key.value.shape, s.broadcast((2, 3)).count.value.shape
+    ((4,), (2, 3))
+    """
+
+    def __init__(self, key: RngValue, *, tag: str) -> None:
+        key = _to_key(key, tag)
         self.tag = tag
-        self.key = RngKey(_to_key(key, tag), tag=tag)
-        self.count = RngCount(np.uint32(count) if isinstance(count, int) else count, tag=tag)
+        self.key = RngKey(key, tag=tag)
+        self.count = RngCount(_zero_counts(tuple(key.shape)), tag=tag)
+
+    def _trace_error(self) -> TraceContextError:
+        return TraceContextError(
+            f"Cannot mutate RngCount from a different trace level: the {self.tag!r} stream "
+            "belongs to another JAX trace than the current one (captured by closure inside a "
+            "transform, or created inside one and used outside). Pass the Rngs to the nnx "
+            "transform as an argument instead.")
 
     def __call__(self) -> jax.Array:
         if self._nnx_trace is not _current_trace():
-            raise TraceContextError(
-                f"Cannot call RngStream from a different trace level: the {self.tag!r} stream "
-                "was created under another JAX trace than the current one (captured by "
-                "closure inside a transform, or created inside one and used outside). Pass "
-                "the Rngs as an argument of the nnx transform instead.")
+            raise self._trace_error()
         count = self.count
         c = count.value
         base = self.key.value
@@ -92,33 +192,76 @@ class RngStream(GraphNode):
         count.value = c + 1
         return key
 
-    def fork(self, pattern: SplitPattern = None) -> jax.Array:
+    def _new(self, key: jax.Array) -> RngStream:
+        return RngStream(key, tag=self.tag)
+
+    def split(self, k: int | tuple[int, ...]) -> RngStream:
+        """A new stream whose key is ``split(self(), k)`` (shape ``k``), counts zeros."""
+        return self._new(jax.random.split(self(), k))
+
+    def fork(self, *, split: int | tuple[int, ...] | None = None) -> RngStream:
+        """A new, independent stream seeded by the next key of this one."""
+        if split is not None:
+            warnings.warn("RngStream.fork(split=...) is deprecated: use stream.split(k).",
+                          DeprecationWarning, stacklevel=2)
+            return self.split(split)
+        return self._new(self())
+
+    def broadcast(self, k: int | tuple[int, ...]) -> RngStream:
+        """A new stream holding the next key repeated to shape ``k`` (identical keys)."""
         key = self()
-        if pattern is None:
-            return key
-        return jax.random.split(key, pattern)
+        return self._new(jnp.broadcast_to(key, _as_shape(k) + key.shape))
 
     def __repr__(self) -> str:
         return f"RngStream(tag={self.tag!r}, count={self.count.value!r})"
 
 
-class Rngs(GraphNode):
+def _filter_mapping(k: tp.Any) -> dict:
+    if k is None or isinstance(k, (int, tuple)):
+        return {...: k}
+    return dict(k)
+
+
+class Rngs(_RandomMethods, GraphNode):
     """Named RNG streams. ``Rngs(0)`` or ``Rngs(params=0, dropout=1)`` or both.
 
     ``rngs.name()`` / ``rngs['name']()`` / ``rngs()`` (the ``default`` stream) return fresh
     keys; a stream that was not given falls back to ``default`` when there is one.
+
+    >>> from flaxen import nnx
+    >>> rngs = nnx.Rngs(params=0, dropout=1)
+    >>> rngs.split({'params': 5, ...: None}).params.key.value.shape
+    (5,)
+    >>> sorted(rngs.fork())
+    ['dropout', 'params']
     """
 
-    def __init__(self, default: tp.Any = None, /, **rngs: tp.Any) -> None:
+    _stream_type: tp.ClassVar[type] = RngStream
+
+    def __init__(self, default: RngValue | RngStream | tp.Mapping | None = None, /,
+                 **rngs: RngValue | RngStream) -> None:
         if default is not None:
-            rngs = {"default": default, **rngs}
+            if isinstance(default, tp.Mapping):
+                rngs = {**default, **rngs}
+            else:
+                rngs = {"default": default, **rngs}
         for tag, key in rngs.items():
             if isinstance(key, RngStream):
                 key = key.key.value
-            object.__setattr__(self, tag, RngStream(tag, key))
+            object.__setattr__(self, tag, self._make_stream(tag, key))
         from flaxen.nnx._trace import bump
 
         bump()
+
+    def _make_stream(self, tag: str, key: tp.Any) -> RngStream:
+        return RngStream(key, tag=tag)
+
+    def _missing(self, name: str) -> Exception:
+        have = sorted(self.__dict__) or "none"
+        return RngStreamNotFoundError(
+            "", f"No RngStream named {name!r} found in Rngs (it has {have}), and no "
+            "'default' stream to fall back to",
+            f"Create it with nnx.Rngs({name}=seed), or give a default: nnx.Rngs(seed).")
 
     def _stream(self, name: str) -> RngStream:
         d = self.__dict__
@@ -126,15 +269,11 @@ class Rngs(GraphNode):
         if stream is None:
             stream = d.get("default")
             if stream is None:
-                raise RngStreamNotFoundError(
-                    "", f"No RNG named {name!r} in this Rngs (it has {sorted(d) or 'none'}), "
-                    "and no 'default' stream to fall back to",
-                    f"Create it with nnx.Rngs({name}=seed), or give a default: "
-                    "nnx.Rngs(seed).")
+                raise self._missing(name)
         return stream
 
     def __getattr__(self, name: str) -> RngStream:
-        if name.startswith("__"):
+        if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         return self._stream(name)
 
@@ -147,25 +286,61 @@ class Rngs(GraphNode):
     def __call__(self) -> jax.Array:
         return self._stream("default")()
 
-    def __contains__(self, name: str) -> bool:
+    def __contains__(self, name: tp.Any) -> bool:
         return name in self.__dict__
 
     def __iter__(self) -> tp.Iterator[str]:
-        return iter(self.__dict__)
+        return (k for k, v in self.__dict__.items() if isinstance(v, RngStream))
 
     def __len__(self) -> int:
-        return len(self.__dict__)
+        return sum(1 for _ in self)
 
     def items(self) -> tp.Iterator[tuple[str, RngStream]]:
-        return iter(self.__dict__.items())
+        return ((k, v) for k, v in self.__dict__.items() if isinstance(v, RngStream))
 
-    def fork(self, pattern: SplitPattern = None, /, **per_stream: SplitPattern
-             ) -> dict[str, jax.Array]:
-        """A new key (or ``split`` keys, by ``pattern``) per stream, advancing each stream."""
-        return {tag: s.fork(per_stream.get(tag, pattern)) for tag, s in self.__dict__.items()}
+    def _per_stream(self, rules: tp.Any, apply: tp.Callable[[RngStream, tp.Any], RngStream],
+                    otherwise: tp.Callable[[RngStream], RngStream]) -> Rngs:
+        preds = [(filterlib.to_predicate(f), v) for f, v in _filter_mapping(rules).items()]
+        out: dict[str, RngStream] = {}
+        for name, stream in self.items():
+            for pred, v in preds:
+                if pred((name, "key"), stream.key):
+                    out[name] = stream if v is None else apply(stream, v)
+                    break
+            else:
+                out[name] = otherwise(stream)
+        return self._from_streams(out)
+
+    def _from_streams(self, streams: dict[str, RngStream]) -> Rngs:
+        new = type(self).__new__(type(self))
+        for name, s in streams.items():
+            object.__setattr__(new, name, s)
+        return new
+
+    def split(self, k: tp.Mapping[filterlib.Filter, int | tuple[int, ...] | None] | int
+              | tuple[int, ...]) -> Rngs:
+        """A new Rngs whose streams matched by ``k`` (a shape, or a filter -> shape map) are
+        split to that shape; the others are shared with this one."""
+        return self._per_stream(k, lambda s, n: s.split(n), lambda s: s)
+
+    def broadcast(self, k: tp.Mapping[filterlib.Filter, int | tuple[int, ...] | None] | int
+                  | tuple[int, ...] | None) -> Rngs:
+        """Like :meth:`split`, but each selected stream's next key is repeated to shape ``k``."""
+        return self._per_stream(k, lambda s, n: s.broadcast(n), lambda s: s)
+
+    def fork(self, /, *, split: tp.Any = None) -> Rngs:
+        """A new Rngs with independent streams, each seeded by the next key of this one's."""
+        if split is not None:
+            warnings.warn("Rngs.fork(split=...) is deprecated: use rngs.split(k).",
+                          DeprecationWarning, stacklevel=2)
+            return self._per_stream(split, lambda s, n: s.split(n), lambda s: s._new(s()))
+        return self._from_streams({name: s._new(s()) for name, s in self.items()})
 
     def __repr__(self) -> str:
-        return f"Rngs({', '.join(self.__dict__)})"
+        return f"Rngs({', '.join(self)})"
+
+
+# --- Flax 0.8.3's state-level fork (used by the experimental face) --------------------------
 
 
 def _split_shape(pattern: SplitPattern) -> tuple[int, ...]:
@@ -198,3 +373,6 @@ def fork(state: State, split_filter: filterlib.Filter, split_pattern: SplitPatte
         else:
             bcast_items.append((path, leaf))
     return State.from_flat_path(split_items), State.from_flat_path(bcast_items)
+
+
+__all__ = ["RngCount", "RngKey", "RngState", "RngStream", "Rngs", "fork"]

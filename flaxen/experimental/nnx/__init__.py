@@ -45,7 +45,8 @@ from flaxen.nnx.nn.attention import MultiHeadAttention
 from flaxen.nnx.nn.linear import Conv, Einsum, Embed, Linear, LinearGeneral
 from flaxen.nnx.nn.normalization import BatchNorm, GroupNorm, LayerNorm, RMSNorm
 from flaxen.nnx.nn.stochastic import Dropout
-from flaxen.nnx.rnglib import RngCount, RngKey, Rngs, RngState, RngStream, fork
+from flaxen.experimental.nnx._rngs import Rngs, RngStream
+from flaxen.nnx.rnglib import RngCount, RngKey, RngState, fork
 from flaxen.nnx.spmd import (
     PARTITION_NAME,
     get_named_sharding,

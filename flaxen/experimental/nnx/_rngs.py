@@ -1,0 +1,76 @@
+"""Flax 0.8.3's faces of ``Rngs`` and ``RngStream`` (``flaxen.experimental.nnx`` only).
+
+They differ from today's (:mod:`flaxen.nnx.rnglib`) in three places, kept here as
+subclasses so every layer accepts both: ``RngStream(tag, key, count)`` is built positionally,
+``stream.fork(pattern)`` / ``rngs.fork(pattern, **per_stream)`` return keys (a dict of keys
+for ``Rngs``) instead of new streams, and the error messages use 0.8.3's wording.
+
+>>> from flaxen.experimental import nnx
+>>> rngs = nnx.Rngs(params=0, dropout=1)
+>>> keys = rngs.fork(4, dropout=None)
+>>> keys['params'].shape, keys['dropout'].shape
+((4,), ())
+"""
+
+from __future__ import annotations
+
+import typing as tp
+
+import jax
+import numpy as np
+
+from flaxen.errors import RngStreamNotFoundError, TraceContextError
+from flaxen.nnx import rnglib
+from flaxen.nnx.rnglib import RngCount, RngKey, SplitPattern, _to_key
+
+
+class RngStream(rnglib.RngStream):
+    """One named stream: ``stream()`` gives a fresh key; ``stream.fork(n)`` n split keys."""
+
+    def __init__(self, tag: str, key: tp.Any, count: tp.Any = 0) -> None:
+        self.tag = tag
+        self.key = RngKey(_to_key(key, tag), tag=tag)
+        self.count = RngCount(np.uint32(count) if isinstance(count, int) else count, tag=tag)
+
+    def _trace_error(self) -> TraceContextError:
+        return TraceContextError(
+            f"Cannot call RngStream from a different trace level: the {self.tag!r} stream "
+            "was created under another JAX trace than the current one (captured by "
+            "closure inside a transform, or created inside one and used outside). Pass "
+            "the Rngs as an argument of the nnx transform instead.")
+
+    def _new(self, key: jax.Array) -> RngStream:
+        return type(self)(self.tag, key)
+
+    def fork(self, pattern: SplitPattern = None) -> jax.Array:  # type: ignore[override]
+        key = self()
+        if pattern is None:
+            return key
+        return jax.random.split(key, pattern)
+
+
+class Rngs(rnglib.Rngs):
+    """Named RNG streams. ``Rngs(0)`` or ``Rngs(params=0, dropout=1)`` or both.
+
+    ``rngs.name()`` / ``rngs['name']()`` / ``rngs()`` (the ``default`` stream) return fresh
+    keys; a stream that was not given falls back to ``default`` when there is one.
+    """
+
+    def _make_stream(self, tag: str, key: tp.Any) -> rnglib.RngStream:
+        return RngStream(tag, key)
+
+    def _missing(self, name: str) -> Exception:
+        return RngStreamNotFoundError(
+            "", f"No RNG named {name!r} in this Rngs (it has {sorted(self.__dict__) or 'none'}),"
+            " and no 'default' stream to fall back to",
+            f"Create it with nnx.Rngs({name}=seed), or give a default: nnx.Rngs(seed).")
+
+    def fork(self, pattern: SplitPattern = None, /,  # type: ignore[override]
+             **per_stream: SplitPattern) -> dict[str, jax.Array]:
+        """A new key (or ``split`` keys, by ``pattern``) per stream, advancing each stream."""
+        out = {}
+        for tag, s in self.items():
+            key = s()
+            p = per_stream.get(tag, pattern)
+            out[tag] = key if p is None else jax.random.split(key, p)
+        return out
