@@ -69,6 +69,7 @@ from flaxen.nnx.variables import (
     with_metadata,
 )
 from flaxen.nnx.visualization import display
+from flaxen.nnx.summary import tabulate
 
 # the pure functions shared with Linen (flaxen.layer_math: no Linen import)
 from flaxen.layer_math import activations as _activations
