@@ -46,8 +46,12 @@ from flaxen.nnx._rng_ops import (
 )
 from flaxen.nnx.spmd import (
     PARTITION_NAME,
+    abstract_with_sharding,
+    as_abstract,
+    get_abstract_model,
     get_named_sharding,
     get_partition_spec,
+    logical_axis_rules,
     with_partitioning,
     with_sharding_constraint,
 )

@@ -23,7 +23,7 @@ from flaxen.nnx import visualization as visualization
 
 from flaxen.nnx import errors, filterlib, graph
 from flaxen.nnx import rnglib as rnglib
-from flaxen.nnx import spmd as spmd
+from flaxen.experimental.nnx import _spmd as spmd
 from flaxen.nnx import variables as variables
 from flaxen.nnx._vmap_scan import Jit, Remat, Scan, Vmap, scan, vmap
 from flaxen.nnx.errors import TraceContextError
@@ -47,7 +47,7 @@ from flaxen.nnx.nn.normalization import BatchNorm, GroupNorm, LayerNorm, RMSNorm
 from flaxen.nnx.nn.stochastic import Dropout
 from flaxen.experimental.nnx._rngs import Rngs, RngStream
 from flaxen.nnx.rnglib import RngCount, RngKey, RngState, fork
-from flaxen.nnx.spmd import (
+from flaxen.experimental.nnx._spmd import (
     PARTITION_NAME,
     get_named_sharding,
     get_partition_spec,
