@@ -58,8 +58,16 @@ from flaxen.nnx.spmd import (
 from flaxen.nnx.state import State
 from flaxen.nnx.training import metrics as metrics
 from flaxen.nnx.training.metrics import Accuracy, Average, Metric, MultiMetric
-from flaxen.nnx.training.optimizer import Optimizer, OptState
+from flaxen.nnx.training.optimizer import (
+    ModelAndOptimizer,
+    OptArray,
+    Optimizer,
+    OptState,
+    OptVariable,
+)
 from flaxen.nnx.transforms import eval_shape, grad, jit, remat, value_and_grad
+from flaxen.nnx.transforms.scan import Carry
+from flaxen.nnx._modes import set_graph_mode, set_graph_updates
 from flaxen.nnx.variables import (
     EMPTY,
     BatchStat,
