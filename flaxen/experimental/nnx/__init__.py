@@ -57,7 +57,8 @@ from flaxen.experimental.nnx._spmd import (
 from flaxen.nnx.state import State
 from flaxen.nnx.training import metrics as metrics
 from flaxen.nnx.training.metrics import Accuracy, Average, Metric, MultiMetric
-from flaxen.nnx.training.optimizer import Optimizer, OptState
+from flaxen.experimental.nnx._optimizer import Optimizer
+from flaxen.nnx.training.optimizer import OptState
 from flaxen.nnx.transforms.legacy import eval_shape, grad, jit, remat, value_and_grad
 from flaxen.nnx.variables import (
     EMPTY,

@@ -1,7 +1,9 @@
-"""``nnx.Optimizer``: an Optax transformation bound to a model, updated in place.
+"""Flax 0.8.3's ``nnx.Optimizer`` (``flaxen.experimental.nnx`` only): it holds the model,
+and ``update(grads)`` takes the gradients alone. Today's face (``Optimizer(model, tx,
+wrt=...)`` with ``update(model, grads)``) is :mod:`flaxen.nnx.training.optimizer`.
 
 >>> import jax.numpy as jnp, optax
->>> from flaxen import nnx
+>>> from flaxen.experimental import nnx
 >>> model = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
 >>> opt = nnx.Optimizer(model, optax.sgd(0.1))
 >>> grads = nnx.grad(lambda m: jnp.sum(m(jnp.ones((1, 2)))))(model)
@@ -24,17 +26,8 @@ from flaxen.nnx.graph import state as _state
 from flaxen.nnx.graph import update as _update
 from flaxen.nnx.module import Module
 from flaxen.nnx.state import State
-from flaxen.nnx.variables import Param, Variable, VariableState
-
-
-class OptState(Variable):
-    """One leaf of an Optax optimizer state."""
-
-    __slots__ = ()
-
-
-class OptArray(OptState):
-    __slots__ = ()
+from flaxen.nnx.training.optimizer import OptArray, OptState
+from flaxen.nnx.variables import Param, VariableState
 
 
 def _values(tree: tp.Any) -> tp.Any:
