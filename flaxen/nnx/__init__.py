@@ -82,6 +82,7 @@ from flaxen.nnx.variables import (
 )
 from flaxen.nnx.visualization import display
 from flaxen.nnx.summary import tabulate
+from flaxen.nnx._variable_names import register_variable_name
 
 # the pure functions shared with Linen (flaxen.layer_math: no Linen import)
 from flaxen.layer_math import activations as _activations
@@ -108,6 +109,7 @@ _LAZY = {
     "TrainState": ("flaxen.nnx.training.train_state", "TrainState"),
     "compatibility": ("flaxen.nnx.compatibility", None),
     "bridge": ("flaxen.nnx.bridge", None),
+    "wrappers": ("flaxen.nnx.bridge.wrappers", None),
 }
 
 
