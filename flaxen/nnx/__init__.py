@@ -14,7 +14,7 @@ from flaxen.nnx import errors, filterlib, graph
 from flaxen.nnx import rnglib as rnglib
 from flaxen.nnx import spmd as spmd
 from flaxen.nnx import variables as variables
-from flaxen.nnx._vmap_scan import Jit, Remat, Scan, Vmap, scan, vmap
+from flaxen.nnx._vmap_scan import Jit, Remat, Scan, Vmap, vmap
 from flaxen.nnx.errors import TraceContextError
 from flaxen.nnx.filterlib import All, Any, Everything, Not, Nothing, OfType, PathContains, WithTag
 from flaxen.nnx.graph import (
@@ -66,7 +66,8 @@ from flaxen.nnx.training.optimizer import (
     OptVariable,
 )
 from flaxen.nnx.transforms import eval_shape, grad, jit, remat, value_and_grad
-from flaxen.nnx.transforms.scan import Carry
+from flaxen.nnx.transforms.loops import fori_loop, while_loop
+from flaxen.nnx.transforms.scan import Carry, scan
 from flaxen.nnx._modes import set_graph_mode, set_graph_updates
 from flaxen.nnx.variables import (
     EMPTY,
