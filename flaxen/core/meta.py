@@ -246,23 +246,23 @@ def get_partition_spec(tree: Any) -> Any:
     """Maps boxes to their ``PartitionSpec``, other arrays to ``PartitionSpec()``."""
 
     def f(x: Any) -> Any:
-        if isinstance(x, Partitioned):
-            return x.get_partition_spec()
+        if isinstance(x, AxisMetadata) and hasattr(x, "get_partition_spec"):
+            return x.get_partition_spec()  # Partitioned, or e.g. nnx.bridge.NNXMeta
         if hasattr(x, "shape"):
             return PartitionSpec()
         return None
 
-    return jax.tree_util.tree_map(f, tree, is_leaf=lambda x: isinstance(x, Partitioned))
+    return jax.tree_util.tree_map(f, tree, is_leaf=lambda x: isinstance(x, AxisMetadata))
 
 
 def get_sharding(tree: Any, mesh: Any) -> Any:
     """Maps every leaf to ``NamedSharding(mesh, spec)`` using :func:`get_partition_spec`."""
 
     def f(x: Any) -> Any:
-        if isinstance(x, Partitioned):
+        if isinstance(x, AxisMetadata) and hasattr(x, "get_sharding"):
             return x.get_sharding(mesh)
         if hasattr(x, "shape"):
             return NamedSharding(mesh, PartitionSpec())
         return None
 
-    return jax.tree_util.tree_map(f, tree, is_leaf=lambda x: isinstance(x, Partitioned))
+    return jax.tree_util.tree_map(f, tree, is_leaf=lambda x: isinstance(x, AxisMetadata))

@@ -84,7 +84,8 @@ class AttrPriority(enum.IntEnum):
     LOW = 100
 
 
-class Scope(nnx_module.Module):
+class Scope(nnx_module.Module, **{"pytree": False} if hasattr(  # type: ignore[misc]
+        nnx_module.Module, "_pytree__is_pytree") else {}):
     """What a bound bridge module draws on: its ``rngs`` and the ``mutable`` collections."""
 
     def __init__(self, rngs: Rngs, mutable: tp.Any) -> None:
@@ -229,13 +230,18 @@ def _module_metaclass() -> type:
     return type("ModuleMeta", (_ModuleMeta, base), {})
 
 
-class Module(nnx_module.Module, metaclass=_module_metaclass()):  # type: ignore[misc]
+_NO_PYTREE: dict[str, bool] = (
+    {"pytree": False} if hasattr(nnx_module.Module, "_pytree__is_pytree") else {})
+
+
+class Module(nnx_module.Module, metaclass=_module_metaclass(),  # type: ignore[misc]
+             **_NO_PYTREE):
     """A Linen-style NNX module (see the module docstring)."""
 
     scope: tp.ClassVar[tp.Any] = None
 
     def __init_subclass__(cls, **kwargs: tp.Any) -> None:
-        super().__init_subclass__(**kwargs)
+        super().__init_subclass__(**{**_NO_PYTREE, **kwargs})
         dataclasses.dataclass(repr=False, eq=False)(cls)
         cls.__hash__ = object.__hash__  # type: ignore[method-assign]
 

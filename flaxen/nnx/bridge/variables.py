@@ -178,5 +178,6 @@ def nnx_attrs_to_linen_vars(nnx_attrs: tp.Mapping[str, tp.Any]) -> dict:
 
 def with_partitioning(fn: tp.Callable[..., tp.Any], names: tp.Sequence[tp.Any],
                       mesh: tp.Any = None) -> tp.Callable[..., tp.Any]:
-    """Linen's ``with_partitioning`` signature, producing NNX ``out_sharding`` metadata."""
-    return spmd.with_partitioning(fn, tuple(names), mesh)
+    """Linen's ``with_partitioning`` signature, producing NNX ``out_sharding`` metadata; the
+    variable goes back to Linen as an ``nn.Partitioned`` box."""
+    return spmd.with_partitioning(fn, tuple(names), mesh, linen_meta_type=meta.Partitioned)

@@ -167,7 +167,11 @@ def _merge_into(old: tp.Any, new: tp.Any) -> tp.Any:
     return new
 
 
-class ToNNX(Module):
+# today's Module is a JAX pytree with data/static checks; the wrappers opt out as Flax's do
+NO_PYTREE: dict[str, bool] = {"pytree": False} if hasattr(Module, "_pytree__is_pytree") else {}
+
+
+class ToNNX(Module, **NO_PYTREE):
     """An NNX module running a Linen module (see the module docstring).
 
     >>> import jax.numpy as jnp
@@ -191,7 +195,10 @@ class ToNNX(Module):
         return lazy_init(self, *args, **kwargs)
 
     def __getattr__(self, name: str) -> tp.Any:
-        if name.startswith("__") or name.startswith("to_nnx__"):
+        if name.startswith("_") or name.startswith("to_nnx__"):
+            parent = getattr(super(), "__getattr__", None)
+            if parent is not None:
+                return parent(name)
             raise AttributeError(name)
         module = self.__dict__.get("to_nnx__module")
         method = getattr(type(module), name, None) if module is not None else None
