@@ -29,6 +29,12 @@ from flaxen.nnx.state import State
 from flaxen.nnx.training.optimizer import OptArray, OptState
 from flaxen.nnx.variables import Param, VariableState
 
+try:  # today's Pytree tells data attributes from static ones (nnx.data)
+    from flaxen.nnx.pytreelib import data as _data
+except ImportError:  # pragma: no cover - before pytreelib exists
+    def _data(value: tp.Any) -> tp.Any:
+        return value
+
 
 def _values(tree: tp.Any) -> tp.Any:
     """A State of VariableStates (or arrays) as plain nested dicts of arrays."""
@@ -58,7 +64,7 @@ class Optimizer(Module):
         params = _values(params_state)
         leaves, treedef = jax.tree_util.tree_flatten(tx.init(params))
         # a tuple of Variables (not a list) so the graph walk knows it cannot change size
-        self._opt_leaves = tuple(OptArray(x) for x in leaves)
+        self._opt_leaves = _data(tuple(OptArray(x) for x in leaves))
         self._opt_treedef = treedef
 
     @property

@@ -33,6 +33,12 @@ from flaxen.nnx.module import Module
 from flaxen.nnx.state import State
 from flaxen.nnx.variables import Param, Variable, VariableState
 
+try:  # today's Pytree tells data attributes from static ones (nnx.data)
+    from flaxen.nnx.pytreelib import data as _data
+except ImportError:  # pragma: no cover - before pytreelib exists
+    def _data(value: tp.Any) -> tp.Any:
+        return value
+
 M = tp.TypeVar("M")
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
 _VARS = (Variable, VariableState)
@@ -167,7 +173,7 @@ class Optimizer(Module, tp.Generic[M]):
         params = _filtered_state(model, wrt)
         if not params.flat_state():
             _raise_empty_wrt(model, wrt)
-        self.opt_state = to_opt_state(tx.init(params))
+        self.opt_state = _data(to_opt_state(tx.init(params)))
         self.wrt = wrt
 
     def __getattr__(self, name: str) -> tp.Any:
@@ -176,6 +182,9 @@ class Optimizer(Module, tp.Generic[M]):
                 f"{type(self).__name__} has no attribute 'model': since Flax 0.11 "
                 "nnx.Optimizer does not hold the model (pass it to update(model, grads)). "
                 "Use nnx.ModelAndOptimizer(model, tx) to keep the model inside.")
+        parent = getattr(super(), "__getattr__", None)
+        if parent is not None:
+            return parent(name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def update(self, model: M, grads: tp.Any = MISSING, /, **kwargs: tp.Any) -> tp.Any:
