@@ -1,0 +1,210 @@
+"""The one lifted call behind today's mapped transforms (``vmap``, ``pmap``, ``shard_map``).
+
+:func:`mapped_call` lifts the arguments (:class:`~flaxen.nnx._lift.Lift`), resolves the
+input prefix (``in_axes`` / ``in_specs``) to one value per State leaf and per plain leaf
+(:mod:`._axes`), runs the JAX transform on a pure function of ``(values, leaves)`` and
+writes back. The output prefix is resolved *inside*, once the output (and any graph node in
+it) is known: the function returns ``[values, out_leaves]`` and the JAX transform gets a list
+as its output prefix that the pure function fills before JAX reads it (``jax.vmap`` and
+``shard_map`` read their output prefix after tracing). Transforms that read it before
+(``jax.pmap``) map every output along axis 0 and the axes are moved afterwards (``post``).
+
+Values come back as one-key chains ``{'attr': {'sub': x}}`` per leaf, so an error JAX raises
+about an output (a broadcast Variable that became batched) names the Variable's path.
+
+Modes: ``graph=True, graph_updates=True`` writes structure changes back
+(``Lift.finish``); the functional modes write back values only and build output nodes as new
+objects (:mod:`._functional`), refusing outputs that alias an input Variable, and tree mode
+(``graph=False``) refuses shared references among the inputs.
+
+>>> import jax, jax.numpy as jnp
+>>> from flaxen import nnx
+>>> v = nnx.Variable(jnp.arange(3.0))
+>>> run = lambda pure, ins, late: jax.vmap(pure, in_axes=tuple(ins), out_axes=late)
+>>> mapped_call(lambda v: v[...] * 2, (v,), {}, fn_name='vmap', in_prefix=0, kw_prefix=0,
+...             out_prefix=0, graph=True, graph_updates=True, transform=run)
+Array([0., 2., 4.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import typing as tp
+
+import jax
+import jax.numpy as jnp
+
+from flaxen.errors import NNXTransformError
+from flaxen.nnx import _lift
+from flaxen.nnx._graphdef import var_def_paths
+from flaxen.nnx.transforms import _axes, _functional
+from flaxen.nnx.variables import Variable
+
+__all__ = ["DefView", "mapped_call"]
+
+
+class DefView:
+    """Lets filters match a VariableDef like the Variable it stands for."""
+
+    __slots__ = ("type", "_d")
+    _stands_for_type = True
+
+    def __init__(self, d: tp.Any) -> None:
+        self.type = d.type
+        self._d = d
+
+    def __getattr__(self, name: str) -> tp.Any:
+        for k, v in self._d.metadata:
+            if k == name:
+                return v
+        raise AttributeError(name)
+
+
+def _chain(path: tuple, x: tp.Any) -> tp.Any:
+    for k in reversed(path):
+        x = {k: x}
+    return x
+
+
+def _unchain(path: tuple, x: tp.Any) -> tp.Any:
+    for k in path:
+        x = x[k]
+    return x
+
+
+def _keyable(path: tuple) -> tuple:
+    return tuple(k if isinstance(k, (str, int)) else str(k) for k in path)
+
+
+def _check_aliasing_out(inner: _lift.Inner, out: tp.Any, fn_name: str) -> None:
+    """Functional modes: an output must not hold an input Variable (or node)."""
+    _, _, _, nodes = _lift._split_nodes(out)
+    if not nodes or not inner.outer_of:
+        return
+    from flaxen.nnx import _graph_engine as eng
+
+    fg = eng.flatten(nodes)
+    for obj in fg.refs:
+        if id(obj) in inner.outer_of:
+            raise NNXTransformError(
+                "", f"nnx.{fn_name}: Duplicate {type(obj).__name__} found in the output: it "
+                "is an input of the transform too, and the functional modes "
+                "(graph_updates=False or graph=False) cannot return an input's Variables",
+                "Return a copy (nnx.clone, or the value v[...]), or use graph=True, "
+                "graph_updates=True.")
+
+
+def mapped_call(f: tp.Callable, args: tuple, kwargs: dict, *, fn_name: str, in_prefix: tp.Any,
+                kw_prefix: tp.Any, out_prefix: tp.Any, graph: bool, graph_updates: bool,
+                transform: tp.Callable, post: bool = False, what: str = "in_axes",
+                out_what: str = "out_axes",
+                inner_hook: tp.Callable | None = None,
+                outer_hook: tp.Callable | None = None) -> tp.Any:
+    """Runs ``f`` under ``transform(pure, [value_prefix, leaf_prefix], late_out_prefix)``
+    (which returns the transformed function of ``(values, leaves)``)
+    (see the module docstring). ``inner_hook(objs, prefixes)`` runs on the inner Variables
+    before ``f``; ``outer_hook(objs, prefixes)`` on the outer Variables afterwards."""
+    lift = _lift.Lift(args, kwargs)
+    if not graph:
+        _functional.check_no_shared(lift.static, fn_name)
+    value_pre, leaf_pre, in_node_pre = _axes.resolve_inputs(
+        lift, in_prefix, kw_prefix, fn_name=fn_name, what=what)
+    in_paths = [_keyable(p) for p in lift.paths]
+    in_values = [_chain(p, x) for p, x in zip(in_paths, lift.values)]
+    in_value_pre = [_chain(p, a) for p, a in zip(in_paths, value_pre)]
+    late: list = [None, None]
+    box: dict = {}
+    full = graph and graph_updates
+
+    def pure(values: list, leaves: list) -> list:
+        values = [_unchain(p, x) for p, x in zip(in_paths, values)]
+        args_in, kwargs_in, inner = _lift.enter(lift.static, values, leaves)
+        if inner_hook is not None:
+            inner_hook(inner.leaf_objs(), value_pre)
+        out = f(*args_in, **kwargs_in)
+        if full:
+            new_values, out_leaves, ostatic = _lift.exit(inner, out)
+            lift.out = ostatic
+            defs, n_in = ostatic.graphdef.defs, ostatic.n_inputs
+            objs = [DefView(d) for _, d in ostatic.var_paths]
+            node_pre, pos_pre = _axes.node_prefixes(
+                out_prefix, ostatic.out_treedef, ostatic.out_node_pos, out_what, fn_name)
+            labels = [("args", i) for i in range(n_in)] + [
+                ("out", i) for i in range(len(node_pre))]
+            new_pre = _axes.resolve_outputs(defs, n_in, in_node_pre, node_pre, objs,
+                                            fn_name=fn_name, labels=labels)
+            new_paths = [_keyable(p) for p, _ in ostatic.var_paths]
+            out_node_pos = ostatic.out_node_pos
+        else:
+            _check_aliasing_out(inner, out, fn_name)
+            new_in = _functional.input_values(inner, values)
+            out_leaves, fo, out_values = _functional.split_output(inner, out, fn_name)
+            box["fo"] = fo
+            node_pre, pos_pre = _axes.node_prefixes(
+                out_prefix, fo.treedef, fo.node_pos, out_what, fn_name)
+            out_paths = var_def_paths(fo.defs)
+            objs = [DefView(d) for _, d in out_paths]
+            labels = [("out", i) for i in range(len(node_pre))]
+            out_pre = _axes.resolve_outputs(fo.defs, 0, [], node_pre, objs,
+                                            fn_name=fn_name, labels=labels)
+            new_values = [*new_in, *out_values]
+            new_pre = [*value_pre, *out_pre]
+            new_paths = [*in_paths, *(_keyable(p) for p, _ in out_paths)]
+            out_node_pos = fo.node_pos
+            box["n_in"] = len(new_in)
+        leaf_out_pre = list(pos_pre)
+        for p in out_node_pos:
+            leaf_out_pre[p] = None
+        box["new_pre"], box["new_paths"], box["leaf_out_pre"] = new_pre, new_paths, leaf_out_pre
+        if post:
+            late[0] = 0
+            late[1] = 0
+        else:
+            late[0] = [_chain(p, a) for p, a in zip(new_paths, new_pre)]
+            late[1] = leaf_out_pre
+        return [[_chain(p, x) for p, x in zip(new_paths, new_values)], out_leaves]
+
+    res_values, res_leaves = transform(pure, [in_value_pre, leaf_pre], late)(
+        in_values, lift.leaves)
+    new_paths, new_pre = box["new_paths"], box["new_pre"]
+    res_values = [_unchain(p, x) for p, x in zip(new_paths, res_values)]
+    if post:
+        res_values = [_from_axis0(x, a) for x, a in zip(res_values, new_pre)]
+        res_leaves = [_from_axis0(x, a) for x, a in zip(res_leaves, box["leaf_out_pre"])]
+    if full:
+        result = lift.finish(lift.out, res_values, res_leaves)
+        if outer_hook is not None:
+            objs = [lift.built.get(d.index) if d.index >= 0 else None
+                    for _, d in lift.out.var_paths]
+            if lift.out.fast or not lift.built:
+                objs = list(lift.leaf_objs) + objs[len(lift.leaf_objs):]
+            outer_hook(objs, new_pre)
+        return result
+    n_in = box["n_in"]
+    _functional.write_back(lift, res_values[:n_in])
+    fo = box["fo"]
+    result = _functional.build_output(fo, res_values[n_in:], res_leaves)
+    if outer_hook is not None:
+        outer_hook(_output_vars(fo, result), new_pre[n_in:])
+    return result
+
+
+def _output_vars(fo: _functional.FnOut, result: tp.Any) -> list:
+    """The Variables of the output nodes, in leaf order."""
+    _, _, _, nodes = _lift._split_nodes(result)
+    if not nodes:
+        return []
+    from flaxen.nnx import _graph_engine as eng
+
+    return list(eng.flatten(nodes).leaves)
+
+
+def _from_axis0(x: tp.Any, axis: tp.Any) -> tp.Any:
+    if axis is None:
+        return jax.tree_util.tree_map(lambda a: a[0], x)
+    if axis == 0:
+        return x
+    return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, axis), x)
+
+
+def is_var(x: tp.Any) -> bool:
+    return isinstance(x, Variable)
