@@ -273,8 +273,8 @@ class Rngs(_RandomMethods, GraphNode):
         return stream
 
     def __getattr__(self, name: str) -> RngStream:
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
+        if (name.startswith("__") and name.endswith("__")) or name.startswith("_pytree__"):
+            raise AttributeError(name)  # Pytree bookkeeping of a copy built without __init__
         return self._stream(name)
 
     def __getitem__(self, name: str) -> RngStream:
