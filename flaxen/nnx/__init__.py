@@ -14,7 +14,7 @@ from flaxen.nnx import errors, filterlib, graph
 from flaxen.nnx import rnglib as rnglib
 from flaxen.nnx import spmd as spmd
 from flaxen.nnx import variables as variables
-from flaxen.nnx._vmap_scan import Jit, Remat, Scan, Vmap, vmap
+from flaxen.nnx._vmap_scan import Jit, Remat, Scan, Vmap
 from flaxen.nnx.errors import TraceContextError
 from flaxen.nnx.filterlib import All, Any, Everything, Not, Nothing, OfType, PathContains, WithTag
 from flaxen.nnx.graph import (
@@ -68,6 +68,13 @@ from flaxen.nnx.training.optimizer import (
 from flaxen.nnx.transforms import eval_shape, grad, jit, remat, value_and_grad
 from flaxen.nnx.transforms.loops import fori_loop, while_loop
 from flaxen.nnx.transforms.scan import Carry, scan
+from flaxen.nnx.transforms.iteration import (  # today's vmap family (H4)
+    StateAxes,
+    pmap,
+    prefix,
+    transform_metadata,
+    vmap,
+)
 from flaxen.nnx._modes import set_graph_mode, set_graph_updates
 from flaxen.nnx.variables import (
     EMPTY,
