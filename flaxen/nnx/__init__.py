@@ -66,6 +66,15 @@ from flaxen.nnx.training.optimizer import (
     OptVariable,
 )
 from flaxen.nnx.transforms import eval_shape, grad, jit, remat, value_and_grad
+from flaxen.nnx.transforms import (  # today's compilation/autodiff/general faces
+    DiffState,
+    StateSharding,
+    checkify,
+    jit_partial,
+    jvp,
+    make_jaxpr,
+    vjp,
+)
 from flaxen.nnx.transforms.loops import fori_loop, while_loop
 from flaxen.nnx.transforms.scan import Carry, scan
 from flaxen.nnx.transforms.iteration import (  # today's vmap family (H4)

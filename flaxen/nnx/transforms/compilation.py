@@ -1,0 +1,432 @@
+"""Today's ``nnx.jit`` / ``nnx.jit_partial`` and ``StateSharding``.
+
+``jit(f, graph=, graph_updates=)``: with ``graph=True, graph_updates=True`` (the default) it
+is the graph-mode jit of :mod:`flaxen.nnx.transforms.legacy` (changes to the structure of
+graph-node arguments are written back); otherwise only the new values of the input
+Variables are written back and graph nodes returned are new objects (see
+:mod:`._functional`). ``in_shardings`` entries may be ``StateSharding`` objects (graph
+mode) or shardings applied to every array of that argument.
+
+``jit_partial(f, *args)`` jits ``f`` with its first arguments bound; the bound graph nodes'
+walk is cached, so a train step over ``(model, optimizer)`` only lifts the batch per call.
+
+>>> import jax.numpy as jnp
+>>> from flaxen import nnx
+>>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+>>> @nnx.jit(graph_updates=False)
+... def forward(m, x):
+...     return m(x)
+>>> forward(model, jnp.ones((1, 2))).shape
+(1, 3)
+>>> nnx.jit_partial(lambda m, x: m(x), model)(jnp.ones((4, 2))).shape
+(4, 3)
+"""
+
+from __future__ import annotations
+
+import functools
+import typing as tp
+
+import jax
+
+from flaxen import traceback_util
+from flaxen.errors import NNXTransformError
+from flaxen.nnx import _lift, filterlib
+from flaxen.nnx._graphdef import NodeRef, var_def_paths
+from flaxen.nnx.transforms import _functional, legacy
+from flaxen.nnx.transforms.transforms import (
+    PrefixMapping,
+    check_prefix,
+    resolve_bound,
+    resolve_modes,
+)
+
+__all__ = ["JitWrapped", "StateSharding", "jit", "jit_partial"]
+
+F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
+
+
+class StateSharding(PrefixMapping):
+    """Maps Variables to shardings by filter: the first filter that matches a Variable's
+    ``(path, variable)`` gives its sharding. Use it as an ``in_shardings`` entry for a
+    graph-node argument (graph mode).
+
+    >>> from flaxen import nnx
+    >>> s = nnx.StateSharding({nnx.PathContains('kernel'): 'k', ...: None})
+    >>> s.filters[1], s.shardings
+    (Ellipsis, ('k', None))
+    """
+
+    def __init__(self, filter_sharding: tp.Mapping[filterlib.Filter, tp.Any] | tp.Iterable
+                 ) -> None:
+        items = tuple(filter_sharding.items() if isinstance(filter_sharding, tp.Mapping)
+                      else filter_sharding)
+        self._filters = tuple(f for f, _ in items)
+        self._shardings = tuple(s for _, s in items)
+        self._preds = tuple(filterlib.to_predicate(f) for f in self._filters)
+
+    @property
+    def filters(self) -> tuple:
+        return self._filters
+
+    @property
+    def shardings(self) -> tuple:
+        return self._shardings
+
+    def map_prefix(self, path: tuple, variable: tp.Any) -> tp.Any:
+        for pred, s in zip(self._preds, self._shardings):
+            if pred(path, variable):
+                return s
+        raise NNXTransformError(
+            "/" + "/".join(map(str, path)), "no filter of this StateSharding matches the "
+            f"{type(variable).__name__} here",
+            "Add a filter for it, e.g. `...: None` as the last entry.")
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{f!r}: {s!r}" for f, s in zip(self._filters, self._shardings))
+        return f"StateSharding({{{inner}}})"
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, StateSharding) and self._filters == other._filters
+                and self._shardings == other._shardings)
+
+    def __hash__(self) -> int:
+        return hash((self._filters, self._shardings))
+
+
+# -- per-value shardings of the graph-node arguments ------------------------------------------
+
+def _arg_of_leaf(args: tuple) -> list[int]:
+    """For each leaf position of ``(args, kwargs)``, its positional argument (or -1)."""
+    out: list[int] = []
+    for i, a in enumerate(args):
+        out.extend([i] * len(jax.tree_util.tree_leaves(a, is_leaf=_lift.is_node)))
+    return out
+
+
+def _value_shardings(shardings: tuple, args: tuple, lift: _lift.Lift) -> list:
+    """One sharding (or None) per ``lift.values`` entry, from per-argument shardings."""
+    defs = lift.static.defs
+    n_values = len(lift.paths)
+    out: list = [None] * n_values
+    if not defs:
+        return out
+    arg_of = _arg_of_leaf(args)
+    objs = lift.leaf_objs
+    pos_of_index: dict[int, int] = {}
+    start = 0
+    root_ranges = []
+    for d in defs:
+        n = len(var_def_paths((d,)))
+        root_ranges.append((start, start + n))
+        for j, (_, vd) in enumerate(var_def_paths((d,))):
+            if vd.index >= 0:
+                pos_of_index[vd.index] = start + j
+        start += n
+    given: dict[int, tp.Any] = {}
+    for root, (leaf_pos, d) in enumerate(zip(lift.static.node_pos, defs)):
+        i = arg_of[leaf_pos] if leaf_pos < len(arg_of) else -1
+        s = shardings[i] if 0 <= i < len(shardings) else None
+        if s is None:
+            continue
+        a, b = root_ranges[root]
+        positions = list(range(a, b))
+        if type(d) is NodeRef and d.index in pos_of_index:
+            positions = [pos_of_index[d.index]]
+        for p in positions:
+            sharding = (s.map_prefix(lift.paths[p], objs[p]) if isinstance(s, StateSharding)
+                        else s)
+            if sharding is None:
+                continue
+            if p in given and given[p] != sharding:
+                raise NNXTransformError(
+                    "", f"nnx.jit: Inconsistent aliasing: the same Variable is given the "
+                    f"shardings {given[p]} and {sharding} by in_shardings",
+                    "Give every argument that shares this Variable the same sharding.")
+            given[p] = sharding
+    for p, s in given.items():
+        out[p] = s
+    return out
+
+
+def _put(x: tp.Any, s: tp.Any) -> tp.Any:
+    if isinstance(s, jax.sharding.PartitionSpec):
+        from jax.sharding import get_abstract_mesh
+
+        mesh = get_abstract_mesh()
+        if mesh is None or mesh.empty:
+            return x
+        return jax.lax.with_sharding_constraint(x, s) if isinstance(x, jax.core.Tracer) \
+            else jax.device_put(x, s)
+    return jax.device_put(x, s)
+
+
+# -- the wrapped callable --------------------------------------------------------------------
+
+class _FnJitOut:
+    __slots__ = ("fo", "new", "out_values", "out_leaves")
+
+    def __init__(self, fo: _functional.FnOut, new: list, out_values: list, out_leaves: list
+                 ) -> None:
+        self.fo = fo
+        self.new = new
+        self.out_values = out_values
+        self.out_leaves = out_leaves
+
+
+jax.tree_util.register_pytree_node(
+    _FnJitOut,
+    lambda o: ((o.new, o.out_values, o.out_leaves), o.fo),
+    lambda fo, ch: _FnJitOut(fo, ch[0], ch[1], ch[2]),
+)
+
+
+class JitWrapped(legacy.JitWrapped):
+    """The callable today's ``nnx.jit`` returns (see :func:`jit`)."""
+
+    def __init__(self, fun: tp.Callable, *, graph: bool | None, graph_updates: bool | None,
+                 partial_args: tuple = (), **kwargs: tp.Any) -> None:
+        self._modes = (graph, graph_updates)
+        self.partial_args = partial_args
+        self._checked: tp.Any = None
+        self._shard_cache: tuple = (None, None)
+        in_shardings = kwargs["in_shardings"]
+        super().__init__(fun, **{**kwargs, "in_shardings": legacy.UNSPECIFIED})
+        if isinstance(in_shardings, (tuple, list)) and self.static_argnums:
+            expanded = list(in_shardings)
+            for i in sorted(self.static_argnums):
+                if i <= len(expanded):
+                    expanded.insert(i, None)
+            in_shardings = tuple(expanded)
+        self.today_in_shardings = in_shardings
+
+    @property
+    def graph_updates_mode(self) -> bool:
+        g, gu = resolve_modes(*self._modes)
+        return g and gu
+
+    def _inner(self, static: _lift.InStatic, values: list, leaves: list, *donated: tp.Any
+               ) -> tp.Any:
+        if self.graph_updates_mode:
+            return super()._inner(static, values, leaves, *donated)
+        leaves = list(leaves)
+        for i, x in zip(static.extra[1], donated):
+            leaves[i] = x
+        static_vals = static.extra[0]
+
+        def hook(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+            return legacy._insert_static(args, kwargs, static_vals)
+
+        new, out_values, out_leaves, fo = _functional.run(
+            static, self.fun, values, leaves, "jit", args_hook=hook)
+        return _FnJitOut(fo, new, out_values, out_leaves)
+
+    def _prepare(self, args: tuple, kwargs: dict) -> tuple[_lift.Lift, list, list, tuple]:
+        if self.partial_args:
+            args = (*self.partial_args, *args)
+        lift, leaves, donate_idx = self._lift_args(args, kwargs)
+        values = lift.values
+        graph, graph_updates = resolve_modes(*self._modes)
+        if not graph and lift.static is not self._checked:
+            _functional.check_no_shared(lift.static, "jit")
+            self._checked = lift.static
+        s = self.today_in_shardings
+        if s is not None and s is not legacy.UNSPECIFIED:
+            shardings = tuple(s) if isinstance(s, (tuple, list)) else (s,) * len(args)
+            key, per_value = self._shard_cache
+            if key is not lift.static:
+                per_value = _value_shardings(shardings, args, lift)
+                self._shard_cache = (lift.static, per_value)
+            values = [x if sh is None else _put(x, sh) for x, sh in zip(values, per_value)]
+            leaves = legacy._place_inputs(
+                tuple(x if not isinstance(x, PrefixMapping) else None for x in shardings),
+                args, kwargs, leaves, lift)
+        return lift, values, leaves, donate_idx
+
+    def _finish(self, lift: _lift.Lift, res: tp.Any) -> tp.Any:
+        if type(res) is _FnJitOut:
+            return _functional.finish(lift, res.fo, res.new, res.out_values, res.out_leaves)
+        return lift.finish(res.aux, res.values, res.out_leaves)
+
+    @traceback_util.api_boundary
+    def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        lift, values, leaves, donate_idx = self._prepare(args, kwargs)
+        if donate_idx:
+            fn = self._compiled.get(donate_idx)
+            if fn is None:
+                fn = self._compiled[donate_idx] = self._make_jitted(donate_idx)
+            donated = [leaves[i] for i in donate_idx]
+            leaves = list(leaves)
+            for i in donate_idx:
+                leaves[i] = None
+            res = fn(lift.static, values, leaves, *donated)
+        else:
+            res = self._default(lift.static, values, leaves)
+        return self._finish(lift, res)
+
+    def lower(self, *args: tp.Any, **kwargs: tp.Any) -> Lowered:
+        lift, values, leaves, _ = self._prepare(args, kwargs)
+        return Lowered(self._default.lower(lift.static, values, leaves), self)
+
+    def eval_shape(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        lift, values, leaves, _ = self._prepare(args, kwargs)
+        res = jax.eval_shape(functools.partial(self._inner, lift.static), values, leaves)
+        if type(res) is _FnJitOut:
+            return _functional.build_output(res.fo, res.out_values, res.out_leaves)
+        return lift.finish(res.aux, res.values, res.out_leaves, update_inputs=False)
+
+
+class Lowered:
+    """``JitWrapped.lower(...)``: JAX's Lowered; ``compile()`` gives a :class:`Compiled`."""
+
+    def __init__(self, lowered: tp.Any, wrapped: JitWrapped) -> None:
+        self.lowered = lowered
+        self.wrapped = wrapped
+
+    def compile(self, *args: tp.Any, **kwargs: tp.Any) -> Compiled:
+        return Compiled(self.lowered.compile(*args, **kwargs), self.wrapped)
+
+    def as_text(self, *args: tp.Any, **kwargs: tp.Any) -> str:
+        return self.lowered.as_text(*args, **kwargs)
+
+    def compiler_ir(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        return self.lowered.compiler_ir(*args, **kwargs)
+
+    def cost_analysis(self) -> tp.Any:
+        return self.lowered.cost_analysis()
+
+
+class Compiled:
+    """A compiled ``nnx.jit`` function: call it like the original (state is written back)."""
+
+    def __init__(self, compiled: tp.Any, wrapped: JitWrapped) -> None:
+        self.compiled = compiled
+        self.wrapped = wrapped
+
+    def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        lift, values, leaves, _ = self.wrapped._prepare(args, kwargs)
+        return self.wrapped._finish(lift, self.compiled(values, leaves))
+
+    def as_text(self) -> str | None:
+        return self.compiled.as_text()
+
+    def cost_analysis(self) -> tp.Any:
+        return self.compiled.cost_analysis()
+
+    def memory_analysis(self) -> tp.Any:
+        return self.compiled.memory_analysis()
+
+    @property
+    def input_shardings(self) -> tp.Any:
+        return self.compiled.input_shardings
+
+    @property
+    def output_shardings(self) -> tp.Any:
+        return self.compiled.output_shardings
+
+
+def jit(
+    fun: F | None = None,
+    *,
+    in_shardings: tp.Any = None,
+    out_shardings: tp.Any = None,
+    static_argnums: int | tp.Sequence[int] | None = None,
+    static_argnames: str | tp.Iterable[str] | None = None,
+    donate_argnums: int | tp.Sequence[int] | None = None,
+    donate_argnames: str | tp.Iterable[str] | None = None,
+    keep_unused: bool = False,
+    device: tp.Any = None,
+    backend: str | None = None,
+    inline: bool = False,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> F:
+    """Lifted ``jax.jit`` that accepts graph nodes anywhere in its arguments.
+
+    ``graph``/``graph_updates`` (``None``: the ``nnx.set_graph_mode`` /
+    ``nnx.set_graph_updates`` defaults) choose how changes come back out: graph mode with
+    updates writes back structure and values; the other modes write back Variable values
+    only, and in tree mode (``graph=False``) shared references among the inputs are an
+    error. ``.lower(...)`` returns a :class:`Lowered` whose ``compile()`` result is called
+    like the original.
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> count = nnx.Variable(jnp.array(0))
+    >>> @nnx.jit(graph=False)
+    ... def inc(c):
+    ...     c.value += 1
+    >>> inc(count); inc(count); int(count.value)
+    2
+    """
+    kwargs = dict(
+        in_shardings=in_shardings, out_shardings=out_shardings, static_argnums=static_argnums,
+        static_argnames=static_argnames, donate_argnums=donate_argnums,
+        donate_argnames=donate_argnames, keep_unused=keep_unused, device=device,
+        backend=backend, inline=inline, graph=graph, graph_updates=graph_updates,
+    )
+    if fun is None:
+        return functools.partial(jit, **kwargs)  # type: ignore[return-value]
+    resolve_bound(fun, "jit")
+    g, gu = resolve_modes(graph, graph_updates)
+    check_prefix(in_shardings, "in_shardings", "jit", g, gu)
+    check_prefix(out_shardings, "out_shardings", "jit", g, gu)
+    return _make(fun, (), kwargs)  # type: ignore[return-value]
+
+
+def _make(fun: tp.Callable, partial_args: tuple, kwargs: dict) -> JitWrapped:
+    out_shardings = kwargs["out_shardings"]
+    return JitWrapped(
+        fun, graph=kwargs["graph"], graph_updates=kwargs["graph_updates"],
+        partial_args=partial_args, in_shardings=kwargs["in_shardings"],
+        out_shardings=legacy.UNSPECIFIED if out_shardings is None else out_shardings,
+        static_argnums=kwargs["static_argnums"], static_argnames=kwargs["static_argnames"],
+        donate_argnums=kwargs["donate_argnums"], donate_argnames=kwargs["donate_argnames"],
+        keep_unused=kwargs["keep_unused"], device=kwargs["device"], backend=kwargs["backend"],
+        inline=kwargs["inline"], abstracted_axes=None, donate_state=False,
+        constrain_state=False)
+
+
+def jit_partial(
+    fun: tp.Callable[..., tp.Any],
+    *partial_args: tp.Any,
+    in_shardings: tp.Any = None,
+    out_shardings: tp.Any = None,
+    static_argnums: int | tp.Sequence[int] | None = None,
+    static_argnames: str | tp.Iterable[str] | None = None,
+    donate_argnums: int | tp.Sequence[int] | None = None,
+    donate_argnames: str | tp.Iterable[str] | None = None,
+    keep_unused: bool = False,
+    device: tp.Any = None,
+    backend: str | None = None,
+    inline: bool = False,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> JitWrapped:
+    """``nnx.jit(fun)`` with ``partial_args`` bound as its first arguments.
+
+    Calls take the remaining arguments; Variable updates of the bound objects are written
+    back. ``in_shardings`` (a tuple) covers the bound and the remaining arguments.
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> count = nnx.Variable(jnp.array(0))
+    >>> def step(c, x):
+    ...     c.value += 1
+    ...     return x * 2
+    >>> f = nnx.jit_partial(step, count, graph_updates=False)
+    >>> float(f(jnp.array(3.0))), int(count.value)
+    (6.0, 1)
+    """
+    resolve_bound(fun, "jit_partial")
+    g, gu = resolve_modes(graph, graph_updates)
+    check_prefix(in_shardings, "in_shardings", "jit_partial", g, gu)
+    if not g and partial_args:
+        _functional.check_no_shared(_lift.Lift(partial_args, {}).static, "jit_partial")
+    kwargs = dict(
+        in_shardings=in_shardings, out_shardings=out_shardings, static_argnums=static_argnums,
+        static_argnames=static_argnames, donate_argnums=donate_argnums,
+        donate_argnames=donate_argnames, keep_unused=keep_unused, device=device,
+        backend=backend, inline=inline, graph=graph, graph_updates=graph_updates,
+    )
+    return _make(fun, tuple(partial_args), kwargs)
