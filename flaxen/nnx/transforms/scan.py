@@ -34,6 +34,7 @@ from flaxen.nnx import filterlib
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graphdef import NodeRef, VariableDef
 from flaxen.nnx._modes import resolve_modes
+from flaxen.nnx.rnglib import RngCount, RngKey
 from flaxen.nnx.transforms._carry import Flat, arrays_for_scalars, check_same, is_node
 from flaxen.nnx.variables import Variable
 
@@ -117,6 +118,8 @@ def _leaf_axis(spec: tp.Any, sub_path: tuple, leaf: tp.Any) -> tp.Any:
     for i, k in enumerate(sub_path):
         if spec is None or spec is Carry or isinstance(spec, int) or _is_state_axes(spec):
             break
+        if hasattr(spec, "map_prefix"):  # nnx.prefix of a graph node: one axis per path
+            return spec.map_prefix(sub_path[i:], leaf)
         if isinstance(spec, Variable):
             spec = spec.raw_value
             break
@@ -134,6 +137,8 @@ def _leaf_axis(spec: tp.Any, sub_path: tuple, leaf: tp.Any) -> tp.Any:
             raise _nested_carry_error("in_axes", top)
     if isinstance(spec, Variable):
         spec = spec.raw_value
+    if hasattr(spec, "map_prefix"):
+        return spec.map_prefix((), leaf)
     if _is_state_axes(spec):
         for pred, axis in _state_axes_items(spec):
             if pred(sub_path, leaf):
@@ -146,6 +151,13 @@ def _leaf_axis(spec: tp.Any, sub_path: tuple, leaf: tp.Any) -> tp.Any:
             eng.path_str(sub_path), f"nnx.scan: in_axes prefix {top!r} does not reach this "
             "leaf", "Give in_axes a prefix of the argument's structure.")
     return spec
+
+
+_CACHE_SIZE = 16
+
+
+def _is_array_like(x: tp.Any) -> bool:
+    return isinstance(x, (jax.Array, np.ndarray, np.generic, bool, int, float, complex))
 
 
 def _axis0(x: tp.Any, axis: int) -> tp.Any:
@@ -204,8 +216,24 @@ class _Plan:
             self.axes.append(ax)
             if isinstance(leaf, Variable):
                 seen[id(leaf)] = ax
+        self._follow_keys(flat)
         if entries is not None and len(seen) and n_args > 1:
             _check_aliasing(flat, entries)
+
+    def _follow_keys(self, flat: Flat) -> None:
+        """A stream's counter goes with its key: a scanned key of a split stream (one key per
+        step) scans the stream's same-shaped counter too, whatever the filter said."""
+        key_axis = {p[:-1]: ax for p, leaf, ax, kind in
+                    zip(flat.paths, flat.leaves, self.axes, self.kinds)
+                    if isinstance(leaf, RngKey) and kind == "scan"}
+        if not key_axis:
+            return
+        for j, (p, leaf) in enumerate(zip(flat.paths, flat.leaves)):
+            ax = key_axis.get(p[:-1])
+            if (isinstance(leaf, RngCount) and ax is not None and self.kinds[j] != "scan"
+                    and np.ndim(leaf.raw_value) > 0):
+                self.kinds[j] = "scan"
+                self.axes[j] = ax
 
 
 def _check_aliasing(flat: Flat, entries: tp.Sequence[tp.Any]) -> None:
@@ -313,53 +341,22 @@ def scan(
             transform_metadata=transform_metadata, graph=graph, graph_updates=graph_updates)
     _check_axes(in_axes, out_axes)
     partition = dict(transform_metadata).get(_PARTITION_NAME)
+    cache: dict[tp.Any, tuple] = {}
 
-    @traceback_util.api_boundary
-    @functools.wraps(f)
-    def scan_wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
-        _, updates = resolve_modes(graph, graph_updates)
-        if in_axes is Carry and len(args) != 1:
-            raise NNXArgumentError(
-                "", f"nnx.scan: When in_axes=Carry, the function must take exactly one "
-                f"argument (the carry), got {len(args)}",
-                "Pass one argument, or give in_axes one entry per argument.")
-        entries = _top_entries(in_axes) if isinstance(in_axes, (tuple, list)) else None
-        roots = list(args)
-        for i, a in enumerate(roots):
-            spec = entries[i] if entries is not None and i < len(entries) else in_axes
-            if spec is not None:
-                roots[i] = arrays_for_scalars(a)
-        flat = Flat(roots)
-        plan = _Plan(flat, in_axes, updates)
-        kinds, axes, values = plan.kinds, plan.axes, flat.values
+    def _make_runner(flat: Flat, kinds: list, axes: list, n: int, updates: bool,
+                     carry_pos: int | None, kwargs: dict, jit: bool) -> tuple:
+        """The pure ``(init, xs, consts) -> scan results`` for one argument structure, and
+        the dict its trace fills with the static facts of the step's result."""
         carry_idx = [i for i, k in enumerate(kinds) if k == "carry"]
         scan_idx = [i for i, k in enumerate(kinds) if k == "scan"]
-        n = length
-        if n is None:
-            for i in scan_idx:
-                n = np.shape(values[i])[axes[i]]
-                break
-        if n is None:
-            raise NNXArgumentError(
-                "length", "nnx.scan cannot tell how many steps to run: nothing is scanned",
-                "Pass length=... .")
-        for i in scan_idx:
-            shape = np.shape(values[i])
-            if not shape or shape[axes[i]] != n:
-                raise NNXArgumentError(
-                    eng.path_str(flat.paths[i]), f"nnx.scan: this input has shape {shape}, "
-                    f"it cannot be scanned along axis {axes[i]} for {n} steps",
-                    "Scan inputs whose axis has the scan's length, or broadcast it (None).")
-        xs = [_axis0(values[i], axes[i]) for i in scan_idx]
-        n_leaves = len(values)
-        carry_pos = next((i for i, a in enumerate(entries or ()) if a is Carry),
-                         0 if in_axes is Carry else None)
+        const_idx = [i for i, k in enumerate(kinds) if k == "const"]
+        n_leaves = len(kinds)
         trace: dict[str, tp.Any] = {}
-        saved_meta = [dict(leaf._var_metadata) if isinstance(leaf, Variable) else None
-                      for leaf in flat.leaves]
 
-        def body(c: list, x: list) -> tuple[list, tuple]:
-            vals = list(values)
+        def body(consts: list, c: list, x: list) -> tuple[list, tuple]:
+            vals: list = [None] * n_leaves
+            for i, v in zip(const_idx, consts):
+                vals[i] = v
             for i, v in zip(carry_idx, c):
                 vals[i] = v
             for i, v in zip(scan_idx, x):
@@ -412,10 +409,75 @@ def scan(
             return ([new[pos_in[i]] for i in carry_idx],
                     ([new[pos_in[i]] for i in scan_idx], [new[k] for k in extra_k]))
 
+        def run(init: list, xs: list, consts: list) -> tuple:
+            return jax.lax.scan(
+                functools.partial(body, consts), init, xs, length=n, reverse=reverse,
+                unroll=unroll, _split_transpose=_split_transpose)
+
+        return (jax.jit(run) if jit else run), trace
+
+    @traceback_util.api_boundary
+    @functools.wraps(f)
+    def scan_wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        _, updates = resolve_modes(graph, graph_updates)
+        if in_axes is Carry and len(args) != 1:
+            raise NNXTransformError(
+                "", f"nnx.scan: When in_axes=Carry, the function must take exactly one "
+                f"argument (the carry), got {len(args)}",
+                "Pass one argument, or give in_axes one entry per argument.")
+        entries = _top_entries(in_axes) if isinstance(in_axes, (tuple, list)) else None
+        roots = list(args)
+        for i, a in enumerate(roots):
+            spec = entries[i] if entries is not None and i < len(entries) else in_axes
+            if spec is not None:
+                roots[i] = arrays_for_scalars(a)
+        flat = Flat(roots)
+        plan = _Plan(flat, in_axes, updates)
+        kinds, axes, values = plan.kinds, plan.axes, flat.values
+        carry_idx = [i for i, k in enumerate(kinds) if k == "carry"]
+        scan_idx = [i for i, k in enumerate(kinds) if k == "scan"]
+        n = length
+        if n is None:
+            for i in scan_idx:
+                n = np.shape(values[i])[axes[i]]
+                break
+        if n is None:
+            raise NNXArgumentError(
+                "length", "nnx.scan cannot tell how many steps to run: nothing is scanned",
+                "Pass length=... .")
+        for i in scan_idx:
+            shape = np.shape(values[i])
+            if not shape or shape[axes[i]] != n:
+                raise NNXArgumentError(
+                    eng.path_str(flat.paths[i]), f"nnx.scan: this input has shape {shape}, "
+                    f"it cannot be scanned along axis {axes[i]} for {n} steps",
+                    "Scan inputs whose axis has the scan's length, or broadcast it (None).")
+        xs = [_axis0(values[i], axes[i]) for i in scan_idx]
+        n_leaves = len(values)
+        carry_pos = next((i for i, a in enumerate(entries or ()) if a is Carry),
+                         0 if in_axes is Carry else None)
+        saved_meta = [dict(leaf._var_metadata) if isinstance(leaf, Variable) else None
+                      for leaf in flat.leaves]
+
+        const_idx = [i for i, k in enumerate(kinds) if k == "const"]
+        consts = [values[i] for i in const_idx]
+        key = (flat.defs, tuple(kinds), tuple(axes), n, updates)
+        cacheable = not kwargs and all(_is_array_like(v) for v in values)
+        if cacheable:
+            try:
+                hash(key)
+            except TypeError:
+                cacheable = False
+        entry = cache.get(key) if cacheable else None
+        if entry is None:
+            entry = _make_runner(flat, kinds, axes, n, updates, carry_pos, kwargs, cacheable)
+            if cacheable:
+                if len(cache) >= _CACHE_SIZE:
+                    del cache[next(iter(cache))]
+                cache[key] = entry
+        run, trace = entry
         init = [values[i] for i in carry_idx]
-        c_out, (s_out, extra_out) = jax.lax.scan(
-            body, init, xs, length=n, reverse=reverse, unroll=unroll,
-            _split_transpose=_split_transpose)
+        c_out, (s_out, extra_out) = run(init, xs, consts)
         final = list(values)
         for i, v in zip(carry_idx, c_out):
             final[i] = v
