@@ -57,6 +57,8 @@ from flaxen.nnx.spmd import (
 )
 from flaxen.nnx.state import State
 from flaxen.nnx.training import metrics as metrics
+from flaxen.nnx.training import optimizer as optimizer
+from flaxen.nnx.training.ema import EMA
 from flaxen.nnx.training.metrics import Accuracy, Average, Metric, MultiMetric
 from flaxen.nnx.training.optimizer import (
     ModelAndOptimizer,
