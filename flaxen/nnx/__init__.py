@@ -87,6 +87,7 @@ from flaxen.nnx.transforms.iteration import (  # today's vmap family (H4)
     vmap,
 )
 from flaxen.nnx._modes import set_graph_mode, set_graph_updates
+from flaxen.nnx import variables as variablelib
 from flaxen.nnx.variables import (
     EMPTY,
     BatchStat,
@@ -94,11 +95,16 @@ from flaxen.nnx.variables import (
     Empty,
     Intermediate,
     Param,
+    Perturbation,
     Variable,
     VariableMetadata,
-    VariableState,
+    use_eager_sharding,
+    using_eager_sharding,
+    var_defaults,
     with_metadata,
 )
+
+VariableState = Variable  # today's State leaves are Variables (0.8.3's class: experimental)
 from flaxen.nnx.visualization import display
 from flaxen.nnx.summary import tabulate
 from flaxen.nnx._variable_names import register_variable_name

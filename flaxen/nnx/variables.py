@@ -1,18 +1,18 @@
 """Variables: the mutable boxes that hold a module's arrays, and their kinds.
 
-A :class:`Variable` wraps one value (usually an array) plus free-form metadata readable as
-attributes (``param.sharding``). Its subclass says what the value is for: :class:`Param`
-(trainable), :class:`BatchStat`, :class:`Cache`, :class:`Intermediate`, and the RNG kinds
-in :mod:`flaxen.nnx.rnglib`. Filters select state by these types.
+A :class:`Variable` wraps one value (usually an array) plus metadata. Its subclass says what
+the value is for: :class:`Param` (trainable), :class:`BatchStat`, :class:`Cache`,
+:class:`Intermediate`, and the RNG kinds in :mod:`flaxen.nnx.rnglib`. Filters select state
+by these types. A Variable is a JAX pytree (its value is the leaf) and acts like its array.
 
-:class:`VariableState` is the immutable, pytree-friendly snapshot of a Variable that
-:class:`~flaxen.nnx.State` holds at its leaves; its only pytree child is ``value``.
+The Flax 0.8.3 snapshot class :class:`VariableState` (``flaxen.experimental.nnx``) lives in
+:mod:`flaxen.nnx._variable_state`; today's ``nnx.VariableState`` is ``Variable`` itself.
 
 >>> import jax.numpy as jnp
 >>> from flaxen import nnx
 >>> w = nnx.Param(jnp.ones(3), sharding=('model',))
->>> w.value.shape, w.sharding
-((3,), ('model',))
+>>> w.shape, w.sharding, float((w * 2).sum())
+((3,), ('model',), 6.0)
 >>> vs = w.to_state()
 >>> vs.type is nnx.Param, vs.sharding
 (True, ('model',))
@@ -26,6 +26,27 @@ import jax
 
 from flaxen.errors import InvalidNNXValueError, TraceContextError
 from flaxen.nnx import _trace, _treescope
+from flaxen.nnx._var_defaults import (
+    VarDefaults,
+    VarDefaultsContext,
+    use_eager_sharding,
+    using_eager_sharding,
+    var_defaults,
+)
+from flaxen.nnx._variable_ops import ArrayOps
+from flaxen.nnx._variable_state import (
+    VariableState,
+    _leaves_equal,
+    _make_state,
+    with_required,
+)
+
+__all__ = [
+    "EMPTY", "MISSING", "BatchStat", "Cache", "Empty", "Intermediate", "Param", "Perturbation",
+    "VarDefaults", "VarDefaultsContext", "Variable", "VariableMetadata", "VariableState",
+    "is_array_ref", "use_eager_sharding", "using_eager_sharding", "var_defaults",
+    "with_metadata", "_leaves_equal",
+]
 
 A = tp.TypeVar("A")
 
@@ -94,24 +115,82 @@ class VariableMetadata(tp.Generic[A]):
         return f"VariableMetadata(raw_value={self.raw_value!r}, metadata={self.metadata!r})"
 
 
-class Variable(tp.Generic[A]):
-    """A mutable box for one value, typed by its subclass, with metadata as attributes.
+class _Missing:
+    __slots__ = ()
 
-    Hooks (each a callable or a tuple of them) let metadata-aware code react:
-    ``create_value_hooks`` / ``set_value_hooks`` / ``get_value_hooks`` get
-    ``(variable, value)`` and return the value to use; ``add_axis_hooks`` /
-    ``remove_axis_hooks`` get ``(variable, axis_name, axis_index)``.
+    def __repr__(self) -> str:
+        return "MISSING"
 
-    >>> import jax.numpy as jnp
+
+MISSING: tp.Any = _Missing()
+_DEFAULT_REQUIRED = {"hijax": False, "ref": False, "eager_sharding": True}
+
+
+def is_array_ref(x: tp.Any) -> bool:
+    """Whether ``x`` is a ``jax.Ref`` (a mutable array), concrete or traced."""
+    return isinstance(x, jax.Ref)
+
+
+def _check_hooks_free(value: tp.Any) -> None:
+    if any(is_array_ref(leaf) for leaf in jax.tree_util.tree_leaves(value)):
+        raise InvalidNNXValueError(
+            "", "Cannot pass a jax.Ref directly to a Variable constructor; pass the array "
+            "and ref=True instead (the Variable then creates and owns the Ref).")
+
+
+class VariableMeta(type):
+    """Metaclass of Variables: slots by default, hijax construction, hijax isinstance."""
+
+    def __new__(mcls, name: str, bases: tuple, ns: dict, **kwargs: tp.Any) -> type:
+        ns.setdefault("__slots__", ())
+        return super().__new__(mcls, name, bases, ns, **kwargs)
+
+    def __instancecheck__(cls, instance: tp.Any) -> bool:
+        if type.__instancecheck__(cls, instance):
+            return True
+        var_type = getattr(type(instance), "_hijax_var_type", None)
+        if var_type is not None:
+            return issubclass(var_type(instance), cls)
+        return False
+
+    def __call__(cls, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        var = super().__call__(*args, **kwargs)
+        if var._var_metadata.get("hijax") and _HIJAX[0] is not None:
+            return _HIJAX[0](var)
+        return var
+
+
+# set by flaxen.nnx._hijax on import: Variable -> HijaxVariable
+_HIJAX: list[tp.Callable[[tp.Any], tp.Any] | None] = [None]
+
+
+class Variable(ArrayOps, tp.Generic[A], metaclass=VariableMeta):
+    """A mutable box for one value, typed by its subclass, with metadata.
+
+    A Variable behaves like its value: operators, ``.shape``/``.T`` (attributes of the value
+    are proxied), ``v[...]`` to read and ``v[...] = x`` / ``v[...] += x`` to write,
+    ``get_value()``/``set_value()`` (override them in a subclass to transform reads and
+    writes), and ``jnp`` functions accept it. It is a JAX pytree whose one leaf is the value
+    and whose metadata is static, so ``jax.tree.map`` over a Param gives a new Param.
+    Metadata always holds ``hijax``, ``ref`` and ``eager_sharding``; with ``ref=True`` the
+    value lives in a ``jax.Ref`` that ``jax.jit`` updates in place.
+
+    The Flax 0.8.3 hooks (``get_value_hooks`` ... ``remove_axis_hooks``: callables or tuples
+    of them, getting ``(variable, value)``) and metadata-as-attributes still work.
+
+    >>> import jax, jax.numpy as jnp
     >>> from flaxen import nnx
-    >>> v = nnx.Variable(jnp.zeros(2), tag='x')
-    >>> v.value = v.value + 1
-    >>> v.value.tolist(), v.tag
-    ([1.0, 1.0], 'x')
+    >>> v = nnx.Param(jnp.zeros(2), tag='x')
+    >>> v[...] += 1
+    >>> v[...].tolist(), v.get_metadata('tag'), v.shape
+    ([1.0, 1.0], 'x', (2,))
+    >>> type(jax.tree.map(lambda a: a * 2, v)).__name__
+    'Param'
     """
 
     __slots__ = ("raw_value", "_trace_state", "_var_metadata")
     __treescope_repr__ = _treescope.variable_repr
+    required_metadata = frozenset(_DEFAULT_REQUIRED)
 
     def __init_subclass__(cls, **kwargs: tp.Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -125,11 +204,18 @@ class Variable(tp.Generic[A]):
         create_value_hooks: tp.Any = (),
         add_axis_hooks: tp.Any = (),
         remove_axis_hooks: tp.Any = (),
+        *,
+        hijax: bool | None = None,
+        ref: bool | None = None,
+        eager_sharding: bool | None = None,
         **metadata: tp.Any,
     ) -> None:
         setter = object.__setattr__
         if isinstance(value, VariableMetadata):
             base = dict(value.metadata)
+            hijax = _pick(base, "hijax", hijax)
+            ref = _pick(base, "ref", ref)
+            eager_sharding = _pick(base, "eager_sharding", eager_sharding)
             base.update(metadata)
             metadata = base
             for name, hooks in value.hooks.items():
@@ -143,22 +229,72 @@ class Variable(tp.Generic[A]):
         ):
             if hooks:
                 metadata[name] = metadata.get(name, ()) + _as_hooks(hooks)
+        if hijax is None or ref is None:
+            defaults = var_defaults()
+            hijax = defaults.hijax if hijax is None else hijax
+            ref = defaults.ref if ref is None else ref
+        if eager_sharding is None:
+            eager_sharding = using_eager_sharding()
+        if ref:
+            _check_hooks_free(value)
+        metadata["hijax"] = bool(hijax)
+        metadata["ref"] = bool(ref)
+        metadata["eager_sharding"] = bool(eager_sharding)
         setter(self, "_var_metadata", metadata)
         setter(self, "_trace_state", _trace.current_trace())
-        if metadata and "create_value_hooks" in metadata:
+        setter(self, "raw_value", value)
+        if "create_value_hooks" in metadata:
             for hook in metadata["create_value_hooks"]:
                 value = hook(self, value)
+        value = self.create_value(value)
+        if eager_sharding and metadata.get("out_sharding") is not None:
+            # today's eager sharding: place (or constrain) the value as out_sharding asks
+            from flaxen.nnx._sharding import shard_value
+
+            value = shard_value(value, metadata["out_sharding"],
+                                metadata.get("sharding_rules"), metadata.get("mesh"))
+        if ref:
+            value = jax.tree_util.tree_map(jax.new_ref, value)
         setter(self, "raw_value", value)
 
-    # -- metadata as attributes ------------------------------------------------------------
+    def create_value(self, value: A) -> A:
+        """Called once on construction; a subclass may override it to transform the value."""
+        return value
+
+    # -- properties -----------------------------------------------------------------------
+    @property
+    def type(self) -> type:
+        """The Variable's kind (its class); the same as ``VariableState.type`` was."""
+        return type(self)
+
+    @property
+    def var_type(self) -> type:
+        return type(self)
+
+    @property
+    def hijax(self) -> bool:
+        return self._var_metadata.get("hijax", False)
+
+    @property
+    def ref(self) -> bool:
+        return self._var_metadata.get("ref", False)
+
+    # -- metadata as attributes; other attributes proxy the value ---------------------------
     def __getattr__(self, name: str) -> tp.Any:
         # only called when normal lookup fails, so slots and methods stay fast
+        meta = object.__getattribute__(self, "_var_metadata")
+        if name in meta:
+            return meta[name]
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raw = object.__getattribute__(self, "raw_value")
         try:
-            return object.__getattribute__(self, "_var_metadata")[name]
-        except KeyError:
+            return getattr(raw[...] if is_array_ref(raw) else raw, name)
+        except AttributeError:
             raise AttributeError(
-                f"{type(self).__name__} has no attribute or metadata {name!r}; "
-                f"its metadata keys are {sorted(self._var_metadata)}."
+                f"{type(self).__name__} has no attribute or metadata {name!r}, and neither "
+                f"has its value ({type(raw).__name__}); its metadata keys are "
+                f"{sorted(meta)}."
             ) from None
 
     def __setattr__(self, name: str, value: tp.Any) -> None:
@@ -181,56 +317,242 @@ class Variable(tp.Generic[A]):
             object.__delattr__(self, name)
 
     def _check_trace(self, what: str) -> None:
-        if self._trace_state is not _trace.current_trace():
+        if self._trace_state is not _trace.current_trace() and not self.hijax:
             raise TraceContextError(
                 f"Cannot set {what!r} of a {type(self).__name__} created under a different JAX "
                 "trace (it was probably captured by closure inside a transform). Pass the "
                 "module as an argument of the nnx transform instead, so its state is traced."
             )
 
-    def get_metadata(self) -> dict[str, tp.Any]:
-        return dict(self._var_metadata)
+    # -- metadata API ---------------------------------------------------------------------
+    def get_metadata(self, name: str | None = None, default: tp.Any = MISSING, *,
+                     exclude_required: bool | None = None) -> tp.Any:
+        """All metadata as a new dict, or the entry ``name`` (``default`` when absent).
 
-    # -- value -----------------------------------------------------------------------------
-    @property
-    def value(self) -> A:
+        >>> from flaxen import nnx
+        >>> v = nnx.Variable(1.0, tag='t')
+        >>> v.get_metadata('tag'), v.get_metadata('other', 0)
+        ('t', 0)
+        >>> sorted(v.get_metadata(exclude_required=True))
+        ['tag']
+        """
         meta = self._var_metadata
-        if meta and "get_value_hooks" in meta:
-            value = self.raw_value
-            for hook in meta["get_value_hooks"]:
-                value = hook(self, value)
-            return value
+        if name is None:
+            if default is not MISSING:
+                raise TypeError("get_metadata(): `default` needs a `name`.")
+            if exclude_required:
+                return {k: v for k, v in meta.items() if k not in _DEFAULT_REQUIRED}
+            return dict(meta)
+        if exclude_required is not None:
+            raise TypeError("get_metadata(): pass either `name` or `exclude_required`.")
+        if name in meta:
+            return meta[name]
+        if name in _DEFAULT_REQUIRED:
+            return _DEFAULT_REQUIRED[name]
+        if default is MISSING:
+            raise KeyError(
+                f"{type(self).__name__} has no metadata {name!r}; its keys are {sorted(meta)}. "
+                "Pass a default: get_metadata(name, default)."
+            )
+        return default
+
+    def set_metadata(self, *args: tp.Any, **kwargs: tp.Any) -> None:
+        """Sets metadata: ``set_metadata(dict)`` replaces it all, ``set_metadata(name,
+        value)`` sets one entry, ``set_metadata(**entries)`` updates several.
+
+        ``hijax`` and ``ref`` cannot change here (use ``nnx.with_vars``).
+
+        >>> from flaxen import nnx
+        >>> v = nnx.Variable(1.0)
+        >>> v.set_metadata(a=1); v.set_metadata('b', 2)
+        >>> v.get_metadata('a'), v.get_metadata('b')
+        (1, 2)
+        """
+        self._check_trace("metadata")
+        if args and kwargs:
+            raise TypeError("set_metadata(): pass a dict, a (name, value) pair, or keywords, "
+                            "not a mix of positional and keyword arguments.")
+        if len(args) == 1:
+            new = dict(args[0])
+            for key in _DEFAULT_REQUIRED:
+                new.setdefault(key, self.get_metadata(key))
+            self._check_fixed(new)
+            object.__setattr__(self, "_var_metadata", new)
+        elif len(args) == 2:
+            self._check_fixed({args[0]: args[1]})
+            self._var_metadata[args[0]] = args[1]
+        elif kwargs and not args:
+            self._check_fixed(kwargs)
+            self._var_metadata.update(kwargs)
+        else:
+            raise TypeError(
+                f"set_metadata() takes a dict, a name and a value, or keyword arguments; got "
+                f"{len(args)} positional arguments.")
+        _trace.bump()
+
+    def _check_fixed(self, new: tp.Mapping[str, tp.Any]) -> None:
+        for key in ("hijax", "ref", "eager_sharding"):
+            if key in new and new[key] != self.get_metadata(key):
+                raise ValueError(
+                    f"Cannot change the `{key}` metadata of a {type(self).__name__} with "
+                    f"set_metadata (it is {self.get_metadata(key)}, got {new[key]}); make a "
+                    f"new Variable instead: variable.copy({key}={new[key]}) or "
+                    f"nnx.with_vars(node, {key}={new[key]}).")
+
+    def has_metadata(self, name: str) -> bool:
+        return name in self._var_metadata
+
+    def del_metadata(self, name: str) -> None:
+        if name in ("hijax", "ref"):
+            raise ValueError(f"Cannot delete the `{name}` metadata of a Variable.")
+        self._check_trace("metadata")
+        del self._var_metadata[name]
+        _trace.bump()
+
+    # -- value ----------------------------------------------------------------------------
+    def get_raw_value(self) -> A:
+        """The stored value as is (a ``jax.Ref`` for ``ref=True`` Variables, no hooks)."""
         return self.raw_value
 
-    @value.setter
-    def value(self, value: A) -> None:
+    def set_raw_value(self, value: A, *, _unsafe_bypass_check: bool = False) -> None:
+        if not _unsafe_bypass_check:
+            self._check_trace("value")
+        object.__setattr__(self, "raw_value", value)
+
+    def get_value(self, *, index: tp.Any = MISSING) -> A:
+        """The value (read out of its Ref for ``ref=True``), or ``value[index]``."""
+        raw = self.raw_value
+        if index is not MISSING:
+            if is_array_ref(raw):
+                value = raw[index]
+            elif index is Ellipsis and (isinstance(raw, jax.Array)
+                                        or not hasattr(raw, "__getitem__")):
+                value = raw
+            else:
+                value = raw[index]
+        elif is_array_ref(raw):
+            value = raw[...]
+        else:
+            value = raw
+        meta = self._var_metadata
+        if "get_value_hooks" in meta:
+            for hook in meta["get_value_hooks"]:
+                value = hook(self, value)
+        return value  # type: ignore[return-value]
+
+    def set_value(self, value: A, *, index: tp.Any = MISSING) -> None:
+        """Sets the value (writing into its Ref for ``ref=True``), or ``value[index]``."""
         if isinstance(value, Variable):
             raise InvalidNNXValueError(
                 "",
                 f"Cannot assign a {type(value).__name__} as the value of a "
-                f"{type(self).__name__}; assign its .value instead."
+                f"{type(self).__name__}; assign its .value instead (`variable[...] = other[...]`)."
             )
         if self._trace_state is not _trace.current_trace():
             self._check_trace("value")
         meta = self._var_metadata
-        if meta and "set_value_hooks" in meta:
+        if "set_value_hooks" in meta:
             for hook in meta["set_value_hooks"]:
                 value = hook(self, value)
-        object.__setattr__(self, "raw_value", value)
+        raw = self.raw_value
+        if is_array_ref(raw):
+            raw[... if index is MISSING else index] = value
+        elif index is MISSING:
+            object.__setattr__(self, "raw_value", value)
+        elif isinstance(raw, jax.Array) or hasattr(raw, "at"):
+            if index is Ellipsis and getattr(value, "shape", None) == raw.shape and \
+                    getattr(value, "dtype", None) == raw.dtype:
+                object.__setattr__(self, "raw_value", value)
+            else:
+                object.__setattr__(self, "raw_value", raw.at[index].set(value))
+        elif index is Ellipsis and not hasattr(raw, "__setitem__"):
+            object.__setattr__(self, "raw_value", value)
+        else:
+            raw[index] = value
 
-    # -- copies and states -----------------------------------------------------------------
-    def replace(self, value: tp.Any = EMPTY, **metadata: tp.Any) -> Variable:
-        """A new Variable of the same type with ``value`` and/or metadata replaced."""
-        new = object.__new__(type(self))
+    @property
+    def value(self) -> A:
+        return self.get_value()
+
+    @value.setter
+    def value(self, value: A) -> None:
+        self.set_value(value)
+
+    @classmethod
+    def _variable_get_value(cls, var: Variable) -> tp.Any:
+        return var.get_value()
+
+    def __getitem__(self, key: tp.Any) -> tp.Any:
+        return self.get_value(index=key)
+
+    def __setitem__(self, key: tp.Any, value: tp.Any) -> None:
+        self.set_value(value, index=key)
+
+    def __delitem__(self, key: tp.Any) -> None:
+        value = self.get_value()
+        del value[key]  # type: ignore[attr-defined]
+        self.set_value(value)
+
+    def __jax_array__(self) -> tp.Any:
+        return self.get_value()
+
+    __hash__ = object.__hash__  # identity: a Variable is a mutable object in the graph
+
+    # -- copies and states ----------------------------------------------------------------
+    @classmethod
+    def _new(cls, value: tp.Any, metadata: dict) -> Variable:
+        var = object.__new__(cls)
+        object.__setattr__(var, "_var_metadata", metadata)
+        object.__setattr__(var, "_trace_state", _trace.current_trace())
+        object.__setattr__(var, "raw_value", value)
+        return var
+
+    @classmethod
+    def from_metadata(cls, value: tp.Any, metadata: tp.Mapping[str, tp.Any]) -> tp.Any:
+        """A Variable of this type holding ``value`` as stored, with ``metadata`` as is.
+
+        >>> from flaxen import nnx
+        >>> p = nnx.Param.from_metadata(1.0, {'hijax': False, 'ref': False, 'tag': 'a'})
+        >>> type(p).__name__, p.tag
+        ('Param', 'a')
+        """
+        var = cls._new(value, dict(metadata))
+        if metadata.get("hijax") and _HIJAX[0] is not None:
+            return _HIJAX[0](var)
+        return var
+
+    def copy(self, value: tp.Any = MISSING, *, _copy_ref: bool = True, **updates: tp.Any
+             ) -> tp.Any:
+        """A new Variable of the same type; ``value`` and metadata ``updates`` replace.
+
+        ``copy(ref=True)`` gives a Variable whose value lives in a fresh ``jax.Ref``;
+        ``copy(hijax=True)`` a hijax Variable.
+
+        >>> import jax, jax.numpy as jnp
+        >>> from flaxen import nnx
+        >>> v = nnx.Param(jnp.ones(2)).copy(ref=True)
+        >>> isinstance(v.get_raw_value(), jax.Ref), v.ref
+        (True, True)
+        """
         meta = dict(self._var_metadata)
-        meta.update(metadata)
-        object.__setattr__(new, "_var_metadata", meta)
-        object.__setattr__(new, "_trace_state", _trace.current_trace())
-        object.__setattr__(new, "raw_value", self.raw_value if value is EMPTY else value)
-        return new
+        for key, default in _DEFAULT_REQUIRED.items():
+            meta.setdefault(key, default)
+        if value is MISSING:
+            value = updates.pop("value", MISSING)
+        meta.update(updates)
+        if value is MISSING:
+            value = self.raw_value
+        if _copy_ref:
+            value = jax.tree_util.tree_map(_ref_read, value)
+            if meta["ref"]:
+                value = jax.tree_util.tree_map(jax.new_ref, value)
+        return type(self).from_metadata(value, meta)
 
-    def copy(self) -> Variable:
-        return self.replace()
+    def replace(self, value: tp.Any = MISSING, **metadata: tp.Any) -> tp.Any:
+        """A new Variable of the same type with ``value`` and/or metadata replaced."""
+        if value is EMPTY:
+            value = MISSING
+        return self.copy(value, **metadata)
 
     def copy_from(self, other: Variable) -> None:
         """Makes this Variable hold ``other``'s value and metadata (in place)."""
@@ -239,53 +561,62 @@ class Variable(tp.Generic[A]):
         object.__setattr__(self, "_var_metadata", dict(other._var_metadata))
         _trace.bump()
 
+    def update_from_state(self, state: tp.Any) -> None:
+        """Takes the value and metadata of ``state`` (a Variable or a 0.8.3 VariableState),
+        keeping this Variable's ``hijax`` and ``ref``."""
+        if isinstance(state, VariableState):
+            self.copy_from_state(state)
+            return
+        self._check_trace("value")
+        object.__setattr__(self, "raw_value", state.raw_value)
+        if state._var_metadata != self._var_metadata:
+            meta = dict(state._var_metadata)
+            meta["hijax"], meta["ref"] = self.hijax, self.ref
+            object.__setattr__(self, "_var_metadata", meta)
+        _trace.bump()
+
     def copy_from_state(self, variable_state: VariableState) -> None:
         self._check_trace("value")
+        meta = with_required(variable_state._var_metadata)
+        meta["hijax"], meta["ref"] = self.hijax, self.ref
         object.__setattr__(self, "raw_value", variable_state.value)
-        object.__setattr__(self, "_var_metadata", dict(variable_state._var_metadata))
+        object.__setattr__(self, "_var_metadata", meta)
         _trace.bump()
 
     def to_state(self) -> VariableState:
+        """The Flax 0.8.3 snapshot of this Variable (``flaxen.experimental.nnx``)."""
         return _make_state(type(self), self.raw_value, self._var_metadata)
 
     @classmethod
     def state(cls, value: tp.Any, **metadata: tp.Any) -> VariableState:
         return _make_state(cls, value, metadata)
 
-    def add_axis(self, axis_name: tp.Any, axis_index: int) -> None:
+    # -- axes (vmap/scan) ------------------------------------------------------------------
+    def add_axis(self, a: tp.Any, b: tp.Any) -> None:
+        """Tells the metadata a vmap/scan axis appears: ``add_axis(axis_index, axis_name)``
+        (the Flax 0.8.3 order ``(axis_name, axis_index)`` is recognised too)."""
+        index, name = _axis_args(a, b)
         for hook in self._var_metadata.get("add_axis_hooks", ()):
-            hook(self, axis_name, axis_index)
+            hook(self, name, index)
+        hook = getattr(self, "on_add_axis", None)
+        if callable(hook):
+            hook(index, name)
 
-    def remove_axis(self, axis_name: tp.Any, axis_index: int) -> None:
+    def remove_axis(self, a: tp.Any, b: tp.Any) -> None:
+        """Tells the metadata a vmap/scan axis disappears (argument order as in add_axis)."""
+        index, name = _axis_args(a, b)
         for hook in self._var_metadata.get("remove_axis_hooks", ()):
-            hook(self, axis_name, axis_index)
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            type(self) is type(other)
-            and self._var_metadata == other._var_metadata  # type: ignore[attr-defined]
-            and _leaves_equal(self.raw_value, other.raw_value)  # type: ignore[attr-defined]
-        )
-
-    __hash__ = object.__hash__  # identity: a Variable is a mutable object in the graph
+            hook(self, name, index)
+        hook = getattr(self, "on_remove_axis", None)
+        if callable(hook):
+            hook(index, name)
 
     def __repr__(self) -> str:
         from flaxen.nnx.visualization import variable_repr
 
-        return variable_repr(type(self).__name__, self.raw_value, self._var_metadata)
-
-    # Python-level sugar so `param[...]` and arithmetic behave like the array
-    def __getitem__(self, item: tp.Any) -> tp.Any:
-        return self.value[item]
-
-    def __setitem__(self, item: tp.Any, value: tp.Any) -> None:
-        if item is Ellipsis:
-            self.value = value
-        else:
-            self.value = self.value.at[item].set(value)
-
-    def __jax_array__(self) -> tp.Any:
-        return self.value
+        meta = {k: v for k, v in self._var_metadata.items()
+                if _DEFAULT_REQUIRED.get(k, MISSING) != v}
+        return variable_repr(type(self).__name__, self.raw_value, meta)
 
     def __getstate__(self) -> dict:
         return {"raw_value": self.raw_value, "_var_metadata": self._var_metadata}
@@ -294,6 +625,28 @@ class Variable(tp.Generic[A]):
         object.__setattr__(self, "raw_value", state["raw_value"])
         object.__setattr__(self, "_var_metadata", state["_var_metadata"])
         object.__setattr__(self, "_trace_state", _trace.current_trace())
+
+
+def _ref_read(x: tp.Any) -> tp.Any:
+    return x[...] if is_array_ref(x) else x
+
+
+def _pick(meta: dict, key: str, given: tp.Any) -> tp.Any:
+    if key not in meta:
+        return given
+    found = meta.pop(key)
+    if given is not None and given != found:
+        raise ValueError(
+            f"`{key}` is given both by the initializer's metadata ({found}) and to the "
+            f"Variable constructor ({given}); give it in one place.")
+    return found
+
+
+def _axis_args(a: tp.Any, b: tp.Any) -> tuple[tp.Any, tp.Any]:
+    # today: (axis_index: int, axis_name); Flax 0.8.3: (axis_name, axis_index: int)
+    if isinstance(b, int) and not isinstance(b, bool) and not isinstance(a, int):
+        return b, a
+    return a, b
 
 
 class _VarAux:
@@ -316,14 +669,19 @@ class _VarAux:
         return self is other or (isinstance(other, _VarAux) and self.type is other.type
                                  and self.metadata == other.metadata)
 
+    def __repr__(self) -> str:
+        return f"{self.type.__name__}{self.metadata}"
+
 
 def _var_flatten(v: Variable) -> tuple[tuple, _VarAux]:
     return (v.raw_value,), _VarAux(type(v), v._var_metadata)
 
 
+_VALUE_KEY = jax.tree_util.GetAttrKey("value")
+
+
 def _var_flatten_with_keys(v: Variable) -> tuple[tuple, _VarAux]:
-    return ((jax.tree_util.GetAttrKey("value"), v.raw_value),), _VarAux(type(v),
-                                                                       v._var_metadata)
+    return ((_VALUE_KEY, v.raw_value),), _VarAux(type(v), v._var_metadata)
 
 
 def _var_unflatten(aux: _VarAux, children: tp.Sequence[tp.Any]) -> Variable:
@@ -344,170 +702,24 @@ def _register_variable_pytree(cls: type) -> None:
 _register_variable_pytree(Variable)
 
 
-def _leaves_equal(a: tp.Any, b: tp.Any) -> bool:
-    la, ta = jax.tree_util.tree_flatten(a)
-    lb, tb = jax.tree_util.tree_flatten(b)
-    if ta != tb:
-        return False
-    for x, y in zip(la, lb):
-        if x is y:
-            continue
-        if hasattr(x, "shape") or hasattr(y, "shape"):
-            import numpy as np
-
-            if not (np.shape(x) == np.shape(y) and bool(np.all(np.asarray(x) == np.asarray(y)))):
-                return False
-        elif x != y:
-            return False
-    return True
-
-
 class Param(Variable[A]):
     """A trainable parameter: what ``nnx.grad`` differentiates by default."""
-
-    __slots__ = ()
 
 
 class BatchStat(Variable[A]):
     """A running statistic (e.g. BatchNorm mean/var), updated in the forward pass."""
 
-    __slots__ = ()
-
 
 class Cache(Variable[A]):
     """A cache, e.g. the key/value cache of autoregressive attention."""
-
-    __slots__ = ()
 
 
 class Intermediate(Variable[A]):
     """A value recorded with ``Module.sow`` during a call."""
 
-    __slots__ = ()
 
-
-class VariableState(tp.Generic[A]):
-    """Immutable snapshot of a Variable: ``type``, ``value`` and metadata (as attributes).
-
-    A pytree whose only child is ``value``; ``type`` and metadata travel in the tree
-    structure, so ``jax.tree_util.tree_map`` over a State maps the arrays.
-    """
-
-    __slots__ = ("type", "value", "_var_metadata")
-    __treescope_repr__ = _treescope.variable_state_repr
-    _stands_for_type = True  # filters match it by `.type` (see filterlib)
-
-    def __init__(self, type: type[Variable], value: A, **metadata: tp.Any) -> None:  # noqa: A002
-        object.__setattr__(self, "type", type)
-        object.__setattr__(self, "value", value)
-        object.__setattr__(self, "_var_metadata", metadata)
-
-    def __getattr__(self, name: str) -> tp.Any:
-        try:
-            return object.__getattribute__(self, "_var_metadata")[name]
-        except KeyError:
-            raise AttributeError(
-                f"VariableState has no attribute or metadata {name!r}; its metadata keys are "
-                f"{sorted(self._var_metadata)}."
-            ) from None
-
-    def __setattr__(self, name: str, value: tp.Any) -> None:
-        if name == "value":  # allowed: State trees are rebuilt functionally, but users do this
-            object.__setattr__(self, name, value)
-        else:
-            self._var_metadata[name] = value
-
-    def get_metadata(self) -> dict[str, tp.Any]:
-        return dict(self._var_metadata)
-
-    def replace(self, value: tp.Any) -> VariableState:
-        return _make_state(self.type, value, self._var_metadata)
-
-    def to_variable(self) -> Variable:
-        var = object.__new__(self.type)
-        object.__setattr__(var, "_var_metadata", dict(self._var_metadata))
-        object.__setattr__(var, "_trace_state", _trace.current_trace())
-        object.__setattr__(var, "raw_value", self.value)
-        return var
-
-    def add_axis(self, axis_name: tp.Any, axis_index: int) -> None:
-        for hook in self._var_metadata.get("add_axis_hooks", ()):
-            hook(self, axis_name, axis_index)
-
-    def remove_axis(self, axis_name: tp.Any, axis_index: int) -> None:
-        for hook in self._var_metadata.get("remove_axis_hooks", ()):
-            hook(self, axis_name, axis_index)
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, VariableState)
-            and self.type is other.type
-            and self._var_metadata == other._var_metadata
-            and _leaves_equal(self.value, other.value)
-        )
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        from flaxen.nnx.visualization import variable_state_repr
-
-        return variable_state_repr(self)
-
-
-def _make_state(typ: type, value: tp.Any, metadata: dict) -> VariableState:
-    vs = object.__new__(VariableState)
-    object.__setattr__(vs, "type", typ)
-    object.__setattr__(vs, "value", value)
-    object.__setattr__(vs, "_var_metadata", dict(metadata) if metadata else {})
-    return vs
-
-
-class _StateAux:
-    """Hashable tree-structure data of a VariableState (type plus frozen metadata)."""
-
-    __slots__ = ("type", "metadata", "_hash")
-
-    def __init__(self, typ: type, metadata: dict) -> None:
-        self.type = typ
-        self.metadata = metadata
-        try:
-            self._hash = hash((typ, tuple(sorted(metadata.items()))))
-        except TypeError:
-            self._hash = hash(typ)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return self is other or (
-            isinstance(other, _StateAux)
-            and self.type is other.type
-            and self.metadata == other.metadata
-        )
-
-    def __repr__(self) -> str:
-        return f"{self.type.__name__}{self.metadata or ''}"
-
-
-def _vs_flatten(vs: VariableState) -> tuple[tuple, _StateAux]:
-    return (vs.value,), _StateAux(vs.type, vs._var_metadata)
-
-
-def _vs_flatten_with_keys(vs: VariableState) -> tuple[tuple, _StateAux]:
-    return ((jax.tree_util.GetAttrKey("value"), vs.value),), _StateAux(vs.type, vs._var_metadata)
-
-
-def _vs_unflatten(aux: _StateAux, children: tp.Sequence[tp.Any]) -> VariableState:
-    vs = object.__new__(VariableState)
-    object.__setattr__(vs, "type", aux.type)
-    object.__setattr__(vs, "value", children[0])
-    object.__setattr__(vs, "_var_metadata", dict(aux.metadata))
-    return vs
-
-
-jax.tree_util.register_pytree_with_keys(
-    VariableState, _vs_flatten_with_keys, _vs_unflatten, flatten_func=_vs_flatten
-)
+class Perturbation(Intermediate[A]):
+    """A zero-valued Intermediate added with ``Module.perturb`` to read gradients of activations."""
 
 
 def with_metadata(

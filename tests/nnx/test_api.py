@@ -202,7 +202,9 @@ def test_variable_metadata_hooks_and_methods():
     assert vs.get_metadata() == {"tag": "w"}
     assert jax.tree_util.tree_leaves(vs) == [vs.value]
     back = vs.to_variable()
-    assert isinstance(back, nnx.Param) and back is not w and back == w
+    assert isinstance(back, nnx.Param) and back is not w
+    # today's Variable compares like its array (elementwise), as Flax 0.12.8's does
+    assert bool((back == w).all()) and back.get_metadata() == w.get_metadata()
 
     u = nnx.Param(jnp.ones(1), tag="u")
     u.copy_from(w)
@@ -212,7 +214,7 @@ def test_variable_metadata_hooks_and_methods():
     r = u.replace(jnp.zeros(1), tag="r")
     assert r.tag == "r" and u.tag == "s" and type(r) is nnx.Param
     c = u.copy()
-    assert c == u and c is not u
+    assert bool((c == u).all()) and c.get_metadata() == u.get_metadata() and c is not u
 
     vs2 = nnx.BatchStat.state(jnp.ones(2), axes=(0,))
     assert vs2.type is nnx.BatchStat and vs2.axes == (0,)

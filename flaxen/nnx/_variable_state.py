@@ -1,0 +1,184 @@
+"""The Flax 0.8.3 ``VariableState``: an immutable snapshot of a Variable (the 0.8.3 face).
+
+Today's ``flax.nnx`` folded VariableState into :class:`~flaxen.nnx.Variable` (``State``
+leaves are Variables); ``flaxen.experimental.nnx`` keeps this class, which its ``State``
+holds at its leaves. Its only pytree child is ``value``; ``type`` and metadata travel in the
+tree structure.
+
+>>> import jax.numpy as jnp
+>>> from flaxen.experimental import nnx
+>>> vs = nnx.VariableState(nnx.Param, jnp.ones(2), tag='w')
+>>> vs.type is nnx.Param, vs.tag, vs.value.shape
+(True, 'w', (2,))
+"""
+
+from __future__ import annotations
+
+import typing as tp
+
+import jax
+
+from flaxen.nnx import _trace, _treescope
+
+A = tp.TypeVar("A")
+
+# metadata every today's Variable carries; a 0.8.3 snapshot keeps them (so split/merge round
+# trips give back the same Variables) but hides them from get_metadata, == and repr
+REQUIRED_METADATA = ("hijax", "ref", "eager_sharding")
+
+
+def _leaves_equal(a: tp.Any, b: tp.Any) -> bool:
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    if ta != tb:
+        return False
+    for x, y in zip(la, lb):
+        if x is y:
+            continue
+        if hasattr(x, "shape") or hasattr(y, "shape"):
+            import numpy as np
+
+            if not (np.shape(x) == np.shape(y) and bool(np.all(np.asarray(x) == np.asarray(y)))):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+
+class VariableState(tp.Generic[A]):
+    """Immutable snapshot of a Variable: ``type``, ``value`` and metadata (as attributes).
+
+    A pytree whose only child is ``value``; ``type`` and metadata travel in the tree
+    structure, so ``jax.tree_util.tree_map`` over a State maps the arrays.
+    """
+
+    __slots__ = ("type", "value", "_var_metadata")
+    __treescope_repr__ = _treescope.variable_state_repr
+    _stands_for_type = True  # filters match it by `.type` (see filterlib)
+
+    def __init__(self, type: type, value: A, **metadata: tp.Any) -> None:  # noqa: A002
+        object.__setattr__(self, "type", type)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "_var_metadata", metadata)
+
+    def __getattr__(self, name: str) -> tp.Any:
+        try:
+            return object.__getattribute__(self, "_var_metadata")[name]
+        except KeyError:
+            raise AttributeError(
+                f"VariableState has no attribute or metadata {name!r}; its metadata keys are "
+                f"{sorted(self._var_metadata)}."
+            ) from None
+
+    def __setattr__(self, name: str, value: tp.Any) -> None:
+        if name == "value":  # allowed: State trees are rebuilt functionally, but users do this
+            object.__setattr__(self, name, value)
+        else:
+            self._var_metadata[name] = value
+
+    def get_metadata(self) -> dict[str, tp.Any]:
+        # the hijax/ref/eager_sharding entries a today's Variable carries are not 0.8.3 data
+        return without_required(self._var_metadata)
+
+    def replace(self, value: tp.Any) -> VariableState:
+        return _make_state(self.type, value, self._var_metadata)
+
+    def to_variable(self) -> tp.Any:
+        var = object.__new__(self.type)
+        object.__setattr__(var, "_var_metadata", with_required(self._var_metadata))
+        object.__setattr__(var, "_trace_state", _trace.current_trace())
+        object.__setattr__(var, "raw_value", self.value)
+        return var
+
+    def add_axis(self, axis_name: tp.Any, axis_index: int) -> None:
+        for hook in self._var_metadata.get("add_axis_hooks", ()):
+            hook(self, axis_name, axis_index)
+
+    def remove_axis(self, axis_name: tp.Any, axis_index: int) -> None:
+        for hook in self._var_metadata.get("remove_axis_hooks", ()):
+            hook(self, axis_name, axis_index)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, VariableState)
+            and self.type is other.type
+            and without_required(self._var_metadata) == without_required(other._var_metadata)
+            and _leaves_equal(self.value, other.value)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        from flaxen.nnx.visualization import variable_state_repr
+
+        shown = _make_state(self.type, self.value, without_required(self._var_metadata))
+        return variable_state_repr(shown)
+
+
+def _make_state(typ: type, value: tp.Any, metadata: dict) -> VariableState:
+    vs = object.__new__(VariableState)
+    object.__setattr__(vs, "type", typ)
+    object.__setattr__(vs, "value", value)
+    object.__setattr__(vs, "_var_metadata", dict(metadata) if metadata else {})
+    return vs
+
+
+class _StateAux:
+    """Hashable tree-structure data of a VariableState (type plus frozen metadata)."""
+
+    __slots__ = ("type", "metadata", "_hash")
+
+    def __init__(self, typ: type, metadata: dict) -> None:
+        self.type = typ
+        self.metadata = metadata
+        try:
+            self._hash = hash((typ, tuple(sorted(metadata.items()))))
+        except TypeError:
+            self._hash = hash(typ)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            isinstance(other, _StateAux)
+            and self.type is other.type
+            and self.metadata == other.metadata
+        )
+
+    def __repr__(self) -> str:
+        return f"{self.type.__name__}{self.metadata or ''}"
+
+
+def _vs_flatten(vs: VariableState) -> tuple[tuple, _StateAux]:
+    return (vs.value,), _StateAux(vs.type, vs._var_metadata)
+
+
+def _vs_flatten_with_keys(vs: VariableState) -> tuple[tuple, _StateAux]:
+    return ((jax.tree_util.GetAttrKey("value"), vs.value),), _StateAux(vs.type, vs._var_metadata)
+
+
+def _vs_unflatten(aux: _StateAux, children: tp.Sequence[tp.Any]) -> VariableState:
+    vs = object.__new__(VariableState)
+    object.__setattr__(vs, "type", aux.type)
+    object.__setattr__(vs, "value", children[0])
+    object.__setattr__(vs, "_var_metadata", dict(aux.metadata))
+    return vs
+
+
+jax.tree_util.register_pytree_with_keys(
+    VariableState, _vs_flatten_with_keys, _vs_unflatten, flatten_func=_vs_flatten
+)
+
+
+def with_required(metadata: dict) -> dict:
+    """``metadata`` plus the default hijax/ref/eager_sharding keys where missing."""
+    out = {"hijax": False, "ref": False, "eager_sharding": True}
+    out.update(metadata)
+    return out
+
+
+def without_required(metadata: dict) -> dict:
+    """``metadata`` less the hijax/ref/eager_sharding keys (what a 0.8.3 snapshot keeps)."""
+    return {k: v for k, v in metadata.items() if k not in REQUIRED_METADATA}
