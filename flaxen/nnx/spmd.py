@@ -236,31 +236,45 @@ def remove_axis(tree: A, index: int, transform_metadata: tp.Mapping) -> A:
 # -- abstract models ----------------------------------------------------------------------------
 
 
-def _abstract_leaf(x: tp.Any, mesh: tp.Any = None) -> tp.Any:
-    if not isinstance(x, Variable):
-        return x
+def _abstract_value(x: Variable, mesh: tp.Any = None) -> tp.Any:
+    """The sharded ``ShapeDtypeStruct`` for abstract Variable ``x``, or None to keep it."""
     value = _raw(x)
     meta = _metadata(x)
     if not (hasattr(value, "shape") and hasattr(value, "dtype")) or not _names(meta):
-        return x
+        return None
     if getattr(value, "sharding", None) is not None:
-        return x
+        return None
     var_mesh = meta.get("mesh") or mesh or jax.sharding.get_abstract_mesh()
+    if var_mesh is None or getattr(var_mesh, "empty", False):
+        return None
     sharding = NamedSharding(var_mesh, get_var_pspec(x))
-    return x.replace(jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=sharding))
+    return jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=sharding)
+
+
+def _set_raw(var: Variable, value: tp.Any) -> None:
+    setter = getattr(var, "set_raw_value", None)
+    if callable(setter):
+        setter(value)
+    else:
+        object.__setattr__(var, "raw_value", value)
 
 
 def as_abstract(tree: A, graph: bool | None = None) -> A:
-    """``tree`` (e.g. from ``nnx.eval_shape``) with each annotated abstract Variable's
-    ``ShapeDtypeStruct`` given the ``NamedSharding`` its ``out_sharding`` asks for (on its
-    ``mesh`` metadata, else the mesh set by ``jax.set_mesh``)."""
+    """A copy of ``tree`` (e.g. from ``nnx.eval_shape``) whose annotated abstract Variables'
+    ``ShapeDtypeStruct`` s carry the ``NamedSharding`` their ``out_sharding`` asks for (on
+    their ``mesh`` metadata, else the mesh set by ``jax.set_mesh``)."""
     from flaxen.nnx import graph as graphlib
 
-    if graphlib.is_node(tree) and not isinstance(tree, (list, tuple, dict)):
-        graphdef, state = graphlib.split(tree)
-        state = jax.tree_util.tree_map(_abstract_leaf, state, is_leaf=_is_var)
-        return graphlib.merge(graphdef, state)
-    return jax.tree_util.tree_map(_abstract_leaf, tree, is_leaf=_is_var)
+    if isinstance(tree, Variable):
+        new = _abstract_value(tree)
+        return tree if new is None else tree.replace(new)  # type: ignore[return-value]
+    copy = graphlib.clone(tree)
+    for _, node in graphlib.iter_graph(copy):
+        if isinstance(node, Variable):
+            new = _abstract_value(node)
+            if new is not None:
+                _set_raw(node, new)
+    return copy
 
 
 abstract_with_sharding = as_abstract
