@@ -32,7 +32,6 @@ import jax
 from flaxen import traceback_util
 from flaxen.errors import NNXTransformError
 from flaxen.nnx import _lift, filterlib
-from flaxen.nnx._graphdef import NodeRef, var_def_paths
 from flaxen.nnx.transforms import _functional, legacy
 from flaxen.nnx.transforms.transforms import (
     PrefixMapping,
@@ -105,37 +104,25 @@ def _arg_of_leaf(args: tuple) -> list[int]:
 
 
 def _value_shardings(shardings: tuple, args: tuple, lift: _lift.Lift) -> list:
-    """One sharding (or None) per ``lift.values`` entry, from per-argument shardings."""
+    """One sharding (or None) per ``lift.values`` entry, from per-argument shardings
+    (a sharding for every array of the argument, or a ``StateSharding``/``nnx.prefix``
+    result mapping each Variable by path)."""
+    from flaxen.nnx.transforms._axes import occurrences
+
     defs = lift.static.defs
-    n_values = len(lift.paths)
-    out: list = [None] * n_values
+    out: list = [None] * len(lift.paths)
     if not defs:
         return out
     arg_of = _arg_of_leaf(args)
     objs = lift.leaf_objs
-    pos_of_index: dict[int, int] = {}
-    start = 0
-    root_ranges = []
-    for d in defs:
-        n = len(var_def_paths((d,)))
-        root_ranges.append((start, start + n))
-        for j, (_, vd) in enumerate(var_def_paths((d,))):
-            if vd.index >= 0:
-                pos_of_index[vd.index] = start + j
-        start += n
     given: dict[int, tp.Any] = {}
-    for root, (leaf_pos, d) in enumerate(zip(lift.static.node_pos, defs)):
+    for leaf_pos, occ in zip(lift.static.node_pos, occurrences(defs)):
         i = arg_of[leaf_pos] if leaf_pos < len(arg_of) else -1
         s = shardings[i] if 0 <= i < len(shardings) else None
         if s is None:
             continue
-        a, b = root_ranges[root]
-        positions = list(range(a, b))
-        if type(d) is NodeRef and d.index in pos_of_index:
-            positions = [pos_of_index[d.index]]
-        for p in positions:
-            sharding = (s.map_prefix(lift.paths[p], objs[p]) if isinstance(s, StateSharding)
-                        else s)
+        for path, p in occ:
+            sharding = s.map_prefix(path, objs[p]) if hasattr(s, "map_prefix") else s
             if sharding is None:
                 continue
             if p in given and given[p] != sharding:
@@ -147,6 +134,50 @@ def _value_shardings(shardings: tuple, args: tuple, lift: _lift.Lift) -> list:
     for p, s in given.items():
         out[p] = s
     return out
+
+
+def _constrain(x: tp.Any, s: tp.Any) -> tp.Any:
+    if s is None or not hasattr(x, "shape"):
+        return x
+    if isinstance(s, jax.sharding.PartitionSpec):
+        from jax.sharding import get_abstract_mesh
+
+        mesh = get_abstract_mesh()
+        if mesh is None or mesh.empty:
+            return x
+    return jax.lax.with_sharding_constraint(x, s)
+
+
+def _constrain_out(out: tp.Any, out_shardings: tp.Any) -> tp.Any:
+    """Constrains the arrays of ``out`` (graph nodes included, per Variable path) to the
+    shardings of the prefix tree ``out_shardings``."""
+    from flaxen.nnx import _graph_engine as eng
+
+    def is_prefix_leaf(x: tp.Any) -> bool:
+        return x is None or hasattr(x, "map_prefix") or isinstance(
+            x, (jax.sharding.Sharding, jax.sharding.PartitionSpec))
+
+    def one(p: tp.Any, sub: tp.Any) -> tp.Any:
+        if p is None:
+            return sub
+        leaves, treedef = jax.tree_util.tree_flatten(sub, is_leaf=_lift.is_node)
+        new = []
+        for leaf in leaves:
+            if _lift.is_node(leaf):
+                fg = eng.flatten([leaf])
+                for path, var in zip(fg.paths, fg.leaves):
+                    s = p.map_prefix(path, var) if hasattr(p, "map_prefix") else p
+                    if s is not None and hasattr(var, "raw_value"):
+                        object.__setattr__(var, "raw_value", _constrain(var.raw_value, s))
+                new.append(leaf)
+            else:
+                new.append(_constrain(leaf, p) if not hasattr(p, "map_prefix") else leaf)
+        return treedef.unflatten(new)
+
+    try:
+        return jax.tree_util.tree_map(one, out_shardings, out, is_leaf=is_prefix_leaf)
+    except ValueError:
+        return out
 
 
 def _put(x: tp.Any, s: tp.Any) -> tp.Any:
@@ -207,19 +238,45 @@ class JitWrapped(legacy.JitWrapped):
 
     def _inner(self, static: _lift.InStatic, values: list, leaves: list, *donated: tp.Any
                ) -> tp.Any:
+        key, per_value = self._shard_cache
+        if key is not static:
+            per_value = None
         if self.graph_updates_mode:
-            return super()._inner(static, values, leaves, *donated)
+            res = super()._inner(static, values, leaves, *donated)
+            if per_value is not None and any(s is not None for s in per_value):
+                self._constrain_updates(static, per_value, res)
+            return res
         leaves = list(leaves)
         for i, x in zip(static.extra[1], donated):
             leaves[i] = x
-        static_vals = static.extra[0]
-
-        def hook(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-            return legacy._insert_static(args, kwargs, static_vals)
-
-        new, out_values, out_leaves, fo = _functional.run(
-            static, self.fun, values, leaves, "jit", args_hook=hook)
+        args, kwargs, inner = _lift.enter(static, values, leaves)
+        args, kwargs = legacy._insert_static(args, kwargs, static.extra[0])
+        out = self.fun(*args, **kwargs)
+        if self.out_shardings is not legacy.UNSPECIFIED:
+            out = _constrain_out(out, self.out_shardings)
+        new = _functional.input_values(inner, values)
+        if per_value is not None:
+            new = [_constrain(x, s) for x, s in zip(new, per_value)]
+        out_leaves, fo, out_values = _functional.split_output(inner, out, "jit")
         return _FnJitOut(fo, new, out_values, out_leaves)
+
+    @staticmethod
+    def _constrain_updates(static: _lift.InStatic, per_value: list, res: tp.Any) -> None:
+        """Graph mode: updated input state keeps the shardings ``in_shardings`` gave it."""
+        from flaxen.nnx.transforms._axes import occurrences
+
+        by_root_path = {}
+        for r, occ in enumerate(occurrences(static.defs)):
+            for path, p in occ:
+                if per_value[p] is not None:
+                    by_root_path[(r, path)] = per_value[p]
+        aux = res.aux
+        new_occ = occurrences(aux.graphdef.defs[:aux.n_inputs])
+        for r, occ in enumerate(new_occ):
+            for path, p in occ:
+                s = by_root_path.get((r, path))
+                if s is not None:
+                    res.values[p] = _constrain(res.values[p], s)
 
     def _prepare(self, args: tuple, kwargs: dict) -> tuple[_lift.Lift, list, list, tuple]:
         if self.partial_args:

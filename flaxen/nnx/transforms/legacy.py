@@ -257,7 +257,8 @@ def _donated_leaf_indices(args: tuple, kwargs: dict, nums: frozenset, names: fro
     for k in sorted(kwargs):
         n = len(jax.tree_util.tree_leaves(kwargs[k], is_leaf=_lift.is_node))
         if k in names:
-            idx.extend(j for j in range(start, start + n) if not _is_node_leaf(a, j - start))
+            idx.extend(j for j in range(start, start + n)
+                       if not _is_node_leaf(kwargs[k], j - start))
         start += n
     return tuple(idx)
 
