@@ -253,7 +253,7 @@ def prefix(node: tp.Any, filter_map: tp.Mapping[filterlib.Filter, tp.Any] | tp.C
     >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
     >>> axes = nnx.prefix(m, {nnx.Param: 0})
     >>> f = nnx.vmap(lambda m, x: m(x), in_axes=(axes, None), graph=False)
-    >>> stacked = nnx.vmap(lambda r: nnx.Linear(2, 3, rngs=r), axis_size=4)(nnx.Rngs(0))
+    >>> stacked = nnx.vmap(lambda r: nnx.Linear(2, 3, rngs=r))(nnx.Rngs(0).split(4))
     >>> f(stacked, jnp.ones((2,))).shape
     (4, 3)
     """

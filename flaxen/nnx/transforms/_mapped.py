@@ -134,6 +134,7 @@ def mapped_call(f: tp.Callable, args: tuple, kwargs: dict, *, fn_name: str, in_p
                                             fn_name=fn_name, labels=labels)
             new_paths = [_keyable(p) for p, _ in ostatic.var_paths]
             out_node_pos = ostatic.out_node_pos
+            box.setdefault("sigs", []).append((defs, ostatic.out_treedef))
         else:
             _check_aliasing_out(inner, out, fn_name)
             new_in = _functional.input_values(inner, values)
@@ -151,6 +152,7 @@ def mapped_call(f: tp.Callable, args: tuple, kwargs: dict, *, fn_name: str, in_p
             new_paths = [*in_paths, *(_keyable(p) for p, _ in out_paths)]
             out_node_pos = fo.node_pos
             box["n_in"] = len(new_in)
+            box.setdefault("sigs", []).append((fo.defs, fo.treedef))
         leaf_out_pre = list(pos_pre)
         for p in out_node_pos:
             leaf_out_pre[p] = None
@@ -166,6 +168,12 @@ def mapped_call(f: tp.Callable, args: tuple, kwargs: dict, *, fn_name: str, in_p
     res_values, res_leaves = transform(pure, [in_value_pre, leaf_pre], late)(
         in_values, lift.leaves)
     new_paths, new_pre = box["new_paths"], box["new_pre"]
+    sigs = box["sigs"]
+    if any(sig != sigs[0] for sig in sigs[1:]):
+        raise NNXTransformError(
+            "", f"nnx.{fn_name}: the branches left the graph nodes (or returned outputs) with "
+            "different structures", "Make every branch create, remove and return the same "
+            "attributes and Variables; change only values.")
     res_values = [_unchain(p, x) for p, x in zip(new_paths, res_values)]
     if post:
         res_values = [_from_axis0(x, a) for x, a in zip(res_values, new_pre)]
