@@ -67,7 +67,7 @@ from flaxen.nnx.training.optimizer import (
     OptState,
     OptVariable,
 )
-from flaxen.nnx.transforms import eval_shape, grad, jit, remat, value_and_grad
+from flaxen.nnx.transforms import eval_shape, grad, jit, value_and_grad
 from flaxen.nnx.transforms import (  # today's compilation/autodiff/general faces
     DiffState,
     StateSharding,
@@ -86,6 +86,9 @@ from flaxen.nnx.transforms.iteration import (  # today's vmap family (H4)
     transform_metadata,
     vmap,
 )
+from flaxen.nnx.transforms.branches import cond, switch
+from flaxen.nnx.transforms.remat import remat
+from flaxen.nnx.transforms.shard_map import shard_map
 from flaxen.nnx._modes import set_graph_mode, set_graph_updates
 from flaxen.nnx import variables as variablelib
 from flaxen.nnx.variables import (
