@@ -135,6 +135,7 @@ globals().update({name: getattr(_activations, name) for name in _ACTIVATIONS})
 _LAZY = {
     # loaded on first use: TrainState needs flaxen.struct, the interop modules flaxen.linen
     "TrainState": ("flaxen.nnx.training.train_state", "TrainState"),
+    "helpers": ("flaxen.nnx.helpers", None),
     "compatibility": ("flaxen.nnx.compatibility", None),
     "bridge": ("flaxen.nnx.bridge", None),
     "wrappers": ("flaxen.nnx.bridge.wrappers", None),
