@@ -209,3 +209,42 @@ def test_fori_loop_inside_jit():
         return nnx.fori_loop(0, 4, body, x)
 
     np.testing.assert_allclose(run(v[...]), [6.0, 6.0])
+
+
+def test_scan_sow_inside_stacks_new_intermediates():
+    axes = nnx.StateAxes({(nnx.Param, nnx.RngState, nnx.Intermediate): 0, ...: None})
+
+    class Block(nnx.Module):
+        def __init__(self, rngs):
+            self.linear = nnx.Linear(3, 3, rngs=rngs)
+
+        @nnx.scan(in_axes=(axes, nnx.Carry), graph=True, graph_updates=True)
+        def __call__(self, x):
+            x = self.linear(x)
+            self.sow(nnx.Intermediate, "h", x)
+            return x, None
+
+    @nnx.split_rngs(splits=4)
+    @nnx.scan(in_axes=(nnx.Carry, 0), length=4)
+    def create(_, rngs):
+        return None, Block(rngs)
+
+    _, block = create(None, nnx.Rngs(0))
+    y, _ = block(jnp.ones((1, 3)))
+    assert y.shape == (1, 3)
+    assert block.h.get_value()[0].shape == (4, 1, 3)
+
+
+def test_scan_partition_name_removed_inside_and_kept_outside():
+    v = nnx.Param(jnp.ones((4, 3, 3)), out_sharding=("layers", "din", "dout"))
+    seen = []
+
+    @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry,
+              transform_metadata={nnx.PARTITION_NAME: "layers"})
+    def f(v, x):
+        seen.append(v.out_sharding)
+        return x @ v[...]
+
+    f(v, jnp.ones((1, 3)))
+    assert seen == [("din", "dout")]
+    assert v.out_sharding == ("layers", "din", "dout")

@@ -379,7 +379,8 @@ def scan(
             ident = ("Carry references must be the same between iterations" if updates
                      else "scan Variable identity must be preserved across iterations")
             if updates:
-                _check_refs(flat, fg, built, ident)
+                if carry_pos is not None:
+                    _check_refs(after[carry_pos], built, ident)
             else:
                 check_same(flat, fg.defs, fg.refs, built, "nnx.scan", ident,
                            n_roots=len(after))
@@ -544,12 +545,14 @@ def _ys_refs(d: tp.Any) -> list:
     return out
 
 
-def _check_refs(flat: Flat, fg: tp.Any, built: dict, msg: str) -> None:
-    for i, ref in enumerate(fg.refs[: flat.n_refs]):
-        if built.get(i) is not ref:
+def _check_refs(carry: tp.Any, built: dict, msg: str) -> None:
+    """The carry a step returns may only hold the step's copies of the input objects."""
+    copies = {id(o) for o in built.values()}
+    for ref in eng.flatten([carry]).refs:
+        if id(ref) not in copies:
             raise NNXTransformError(
-                "", f"nnx.scan: {msg}; the step returned or holds a new "
-                f"{type(ref).__name__} where its input had another object",
+                "", f"nnx.scan: {msg}; the returned carry holds a new {type(ref).__name__} "
+                "where its input had another object",
                 "Update the carried objects in place and return the same objects.")
 
 
