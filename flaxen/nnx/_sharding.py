@@ -15,7 +15,7 @@ names live in :mod:`flaxen.nnx.spmd`.
 >>> from flaxen.nnx import _sharding
 >>> with _sharding.logical_axis_rules((('embed', 'model'),)):
 ...     _sharding.partition_spec(('batch', 'embed'))
-PartitionSpec('batch', 'model')
+P('batch', 'model')
 """
 
 from __future__ import annotations

@@ -162,12 +162,13 @@ def _constraint_for(var: tp.Any) -> tp.Any:
 
 def _partition_name(transform_metadata: tp.Mapping) -> tuple[tp.Any, dict]:
     if PARTITION_NAME not in transform_metadata:
-        from flaxen.errors import NNXArgumentError
+        from flaxen.errors import NNXTransformError
 
-        raise NNXArgumentError(
-            f"transform_metadata {dict(transform_metadata)!r} has no {PARTITION_NAME!r} key: "
-            "a transform adding or removing an axis of annotated Variables needs it, e.g. "
-            "transform_metadata={nnx.PARTITION_NAME: 'layers'} (None for an unsharded axis).")
+        raise NNXTransformError(
+            "", f"transform_metadata {dict(transform_metadata)!r} has no {PARTITION_NAME!r} "
+            "key, which a transform adding or removing an axis of annotated Variables needs",
+            "pass e.g. transform_metadata={nnx.PARTITION_NAME: 'layers'} (None for an "
+            "unsharded axis)")
     other = dict(transform_metadata)
     return other.pop(PARTITION_NAME), other
 

@@ -393,8 +393,8 @@ def tabulate(
         from flaxen.errors import NNXArgumentError
 
         raise NNXArgumentError(
-            f"nnx.tabulate: {type(obj).__name__} has no method {method!r}; pass the name "
-            "of one of its methods as method=")
+            "", f"nnx.tabulate: {type(obj).__name__} has no method {method!r}",
+            "pass the name of one of its methods as method=")
     columns_types = sorted(
         {_column_type(v) for _, v in graphlib.iter_graph(obj) if isinstance(v, Variable)},
         key=lambda t: t.__name__)

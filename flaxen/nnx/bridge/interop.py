@@ -40,7 +40,10 @@ def _attach(ctx: bridge_module.ModuleStackEntry, parent: bridge_module.Module, m
 def nnx_in_bridge_mdl(factory: tp.Callable[[Rngs], Module], name: str | None = None) -> Module:
     """The NNX module ``factory(rngs)``, made a submodule of the running bridge module."""
     ctx, parent = _parent()
-    module = factory(parent.scope.rngs)
+    rngs = parent.scope.rngs
+    if not parent.is_initializing() and not list(wrappers._stream_names(rngs)):
+        rngs = Rngs(0)  # apply without RNGs: the stored variables replace what this draws
+    module = factory(rngs)
     _attach(ctx, parent, module, name, type(module))
     return module
 
