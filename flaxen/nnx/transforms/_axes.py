@@ -58,7 +58,7 @@ class StateAxes(PrefixMapping, Mapping):
             pairs = list(filter_axes)
         self._filters = tuple(f for f, _ in pairs)
         self._axes = tuple(a for _, a in pairs)
-        self._preds = tuple(filterlib.to_predicate(f) for f in self._filters)
+        self._preds = tuple(to_predicate(f) for f in self._filters)
 
     @property
     def filters(self) -> tuple:
@@ -99,6 +99,32 @@ class StateAxes(PrefixMapping, Mapping):
 
     def __hash__(self) -> int:
         return hash((self._filters, self._axes))
+
+
+class _PathHas:
+    """Today's string filter: the path has ``key`` as a part (RNG counters included, so a
+    stream's key and count travel together; the 0.8.3 face's filter picks keys only)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def __call__(self, path: tuple, value: tp.Any) -> bool:
+        return self.key in path or getattr(value, "tag", None) == self.key
+
+    def __repr__(self) -> str:
+        return f"PathContains({self.key!r})"
+
+
+def to_predicate(f: tp.Any) -> tp.Callable:
+    """``filterlib.to_predicate`` with today's string filters (see :class:`_PathHas`)."""
+    if isinstance(f, str):
+        return _PathHas(f)
+    if isinstance(f, (list, tuple)) and any(isinstance(x, (str, list, tuple)) for x in f):
+        preds = tuple(to_predicate(x) for x in f)
+        return lambda path, value: any(p(path, value) for p in preds)
+    return filterlib.to_predicate(f)
 
 
 def _is_state_like(m: Mapping) -> bool:
@@ -259,7 +285,7 @@ def prefix(node: tp.Any, filter_map: tp.Mapping[filterlib.Filter, tp.Any] | tp.C
     """
     del graph  # both modes give the same per-path prefixes
     if isinstance(filter_map, Mapping):
-        preds = [(filterlib.to_predicate(f), v) for f, v in filter_map.items()]
+        preds = [(to_predicate(f), v) for f, v in filter_map.items()]
         filters = list(filter_map.keys())
 
         def prefix_fn(path: tuple, leaf: tp.Any) -> tp.Any:

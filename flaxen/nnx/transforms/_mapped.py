@@ -83,14 +83,34 @@ def _check_aliasing_out(inner: _lift.Inner, out: tp.Any, fn_name: str) -> None:
     from flaxen.nnx import _graph_engine as eng
 
     fg = eng.flatten(nodes)
-    for obj in fg.refs:
-        if id(obj) in inner.outer_of:
-            raise NNXTransformError(
-                "", f"nnx.{fn_name}: Duplicate {type(obj).__name__} found in the output: it "
-                "is an input of the transform too, and the functional modes "
-                "(graph_updates=False or graph=False) cannot return an input's Variables",
-                "Return a copy (nnx.clone, or the value v[...]), or use graph=True, "
-                "graph_updates=True.")
+    aliased = [obj for obj in fg.refs if id(obj) in inner.outer_of]
+    if aliased:
+        obj = next((o for o in aliased if isinstance(o, Variable)), aliased[0])
+        raise NNXTransformError(
+            "", f"nnx.{fn_name}: Duplicate {type(obj).__name__} found in the output: it "
+            "is an input of the transform too, and the functional modes "
+            "(graph_updates=False or graph=False) cannot return an input's Variables",
+            "Return a copy (nnx.clone, or the value v[...]), or use graph=True, "
+            "graph_updates=True.")
+
+
+def _check_no_shared_vars(lift: _lift.Lift, fn_name: str) -> None:
+    """Tree mode: a Variable reached twice among the inputs is refused, naming its type."""
+    if lift.flat is None:
+        return
+    seen: dict[int, tuple] = {}
+    arg_paths = _axes._arg_paths(lift.treedef)
+    for p, occ in zip(lift.node_pos, _axes.occurrences(lift.flat.defs)):
+        for path, pos in occ:
+            where = _axes._label((*arg_paths[p], *path))
+            if pos in seen:
+                var = lift.leaf_objs[pos]
+                raise NNXTransformError(
+                    "", f"nnx.{fn_name}: Duplicate {type(var).__name__} found at {seen[pos]} "
+                    f"and {where}: in tree mode (graph=False) the inputs are pytrees, which "
+                    "cannot share a Variable", "Pass each Variable once, or use graph=True "
+                    "(graph mode keeps shared references).")
+            seen[pos] = where
 
 
 def mapped_call(f: tp.Callable, args: tuple, kwargs: dict, *, fn_name: str, in_prefix: tp.Any,
@@ -105,6 +125,7 @@ def mapped_call(f: tp.Callable, args: tuple, kwargs: dict, *, fn_name: str, in_p
     before ``f``; ``outer_hook(objs, prefixes)`` on the outer Variables afterwards."""
     lift = _lift.Lift(args, kwargs)
     if not graph:
+        _check_no_shared_vars(lift, fn_name)
         _functional.check_no_shared(lift.static, fn_name)
     value_pre, leaf_pre, in_node_pre = _axes.resolve_inputs(
         lift, in_prefix, kw_prefix, fn_name=fn_name, what=what)
