@@ -72,6 +72,7 @@ from flaxen.nnx.transforms import (  # today's compilation/autodiff/general face
     DiffState,
     StateSharding,
     checkify,
+    custom_vjp,
     jit_partial,
     jvp,
     make_jaxpr,

@@ -34,6 +34,7 @@ from flaxen.nnx._graphdef import NodeDef, NodeRef, VariableDef, var_def_paths
 from flaxen.nnx.graph import _nest
 from flaxen.nnx.state import State
 from flaxen.nnx.transforms import _functional
+from flaxen.nnx.transforms._custom_vjp import custom_vjp
 from flaxen.nnx.transforms.transforms import (
     PrefixMapping,
     check_prefix,
@@ -42,7 +43,7 @@ from flaxen.nnx.transforms.transforms import (
 )
 from flaxen.nnx.variables import Param
 
-__all__ = ["DiffState", "grad", "jvp", "value_and_grad", "vjp"]
+__all__ = ["DiffState", "custom_vjp", "grad", "jvp", "value_and_grad", "vjp"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +136,24 @@ def _diff_positions(lift: _lift.Lift, layout: _Layout, nums: tuple, filters: dic
     return out
 
 
+def _check_aliasing(lift: _lift.Lift, layout: _Layout, nums: tuple, positions: list,
+                    name: str) -> None:
+    """Functional modes: a Variable may not be both differentiated and not."""
+    from flaxen.nnx.transforms._axes import occurrences
+
+    diff = {i for vp, _ in positions for i in vp}
+    occ = occurrences(lift.static.defs)
+    for n in range(len(layout.arg_leaves)):
+        if n in nums:
+            continue
+        for r in layout.roots(n):
+            if any(i in diff for _, i in occ[r]):
+                raise NNXTransformError(
+                    f"argument {n}", f"nnx.{name}: Inconsistent aliasing: a Variable of this "
+                    "argument is also part of a differentiated argument",
+                    "Pass it once, or use graph=True, graph_updates=True.")
+
+
 def _graph_grads(args: tuple, n: int, lift: _lift.Lift, layout: _Layout, vpos: list[int],
                  lpos: list[int], gvals: list, gleaves: list) -> tp.Any:
     """Graph mode: the argument's structure with each graph node as a State of gradients."""
@@ -203,6 +222,8 @@ def _grad_impl(f: tp.Callable, argnums: tp.Any, has_aux: bool, holomorphic: bool
         values = lift.values
         diff_in = [([values[i] for i in vp], [lift.leaves[j] for j in lp])
                    for vp, lp in positions]
+        if not updates and lift.static.defs:
+            _check_aliasing(lift, layout, nums, positions, name)
         if updates:
             for n, (vp, lp) in zip(nums, positions):
                 if not vp and not lp and layout.roots(n):
