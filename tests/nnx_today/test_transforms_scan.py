@@ -248,3 +248,13 @@ def test_scan_partition_name_removed_inside_and_kept_outside():
     f(v, jnp.ones((1, 3)))
     assert seen == [("din", "dout")]
     assert v.out_sharding == ("layers", "din", "dout")
+
+
+def test_scan_keyword_arguments_take_their_positional_axes():
+    @nnx.scan(in_axes=(nnx.Carry, 0))
+    def f(c, x):
+        return c + x, c
+
+    c, ys = f(jnp.array(0), x=jnp.arange(3))
+    assert int(c) == 3
+    np.testing.assert_allclose(ys, [0, 0, 1])

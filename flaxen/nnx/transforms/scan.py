@@ -21,6 +21,7 @@ their updates when ``graph_updates=False`` (they are then carried).
 from __future__ import annotations
 
 import functools
+import inspect
 import typing as tp
 
 import jax
@@ -421,6 +422,8 @@ def scan(
     @functools.wraps(f)
     def scan_wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         _, updates = resolve_modes(graph, graph_updates)
+        if kwargs:
+            args, kwargs = _positional(f, args, kwargs)
         if in_axes is Carry and len(args) != 1:
             raise NNXTransformError(
                 "", f"nnx.scan: When in_axes=Carry, the function must take exactly one "
@@ -499,6 +502,16 @@ def scan(
         return _join_output(carry_res, built_roots[n_args], trace["jpos"])
 
     return scan_wrapper
+
+
+def _positional(f: tp.Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Keyword arguments that name positional parameters moved to their positions (so that
+    ``in_axes`` covers them, e.g. ``Module(rngs=...)`` for a scanned ``__init__``)."""
+    try:
+        bound = inspect.signature(f).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return args, kwargs
+    return tuple(bound.args), dict(bound.kwargs)
 
 
 def _leaf_order(flat: Flat, fg: tp.Any, built: dict) -> list[tuple[str, int]]:
