@@ -31,7 +31,7 @@ import numpy as np
 from flaxen import traceback_util
 from flaxen.errors import NNXArgumentError, NNXTransformError
 from flaxen.nnx import _graph_engine as eng
-from flaxen.nnx import filterlib
+from flaxen.nnx import filterlib, spmd
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graphdef import NodeRef, VariableDef
 from flaxen.nnx._modes import resolve_modes
@@ -46,8 +46,6 @@ class Carry:
     """Marks, in ``nnx.scan``'s ``in_axes``/``out_axes``, the argument that is the carry."""
 
 
-_PARTITION_NAME = "partition_name"
-_SHARDING_KEYS = ("out_sharding", "sharding")
 
 
 # -- axes specs ------------------------------------------------------------------------------
@@ -167,26 +165,6 @@ def _axis0(x: tp.Any, axis: int) -> tp.Any:
 
 def _from0(x: tp.Any, axis: int) -> tp.Any:
     return x if axis == 0 else jnp.moveaxis(x, 0, axis)
-
-
-# -- partition names (transform_metadata) ----------------------------------------------------
-
-def _drop_partition(var: Variable, axis: int, name: tp.Any) -> None:
-    meta = var._var_metadata
-    for key in _SHARDING_KEYS:
-        names = meta.get(key)
-        if names and len(names) > axis and names[axis] == name:
-            meta[key] = (*names[:axis], *names[axis + 1:])
-
-
-def _add_partition(var: Variable, axis: int, name: tp.Any) -> None:
-    meta = var._var_metadata
-    for key in _SHARDING_KEYS:
-        names = meta.get(key)
-        if names is not None and not (len(names) > axis and names[axis] == name):
-            names = list(names)
-            names.insert(axis if axis >= 0 else len(names) + axis + 1, name)
-            meta[key] = tuple(names)
 
 
 # -- the transform ---------------------------------------------------------------------------
@@ -341,7 +319,7 @@ def scan(
             _split_transpose=_split_transpose, in_axes=in_axes, out_axes=out_axes,
             transform_metadata=transform_metadata, graph=graph, graph_updates=graph_updates)
     _check_axes(in_axes, out_axes)
-    partition = dict(transform_metadata).get(_PARTITION_NAME)
+    has_partition = spmd.PARTITION_NAME in transform_metadata
     cache: dict[tp.Any, tuple] = {}
 
     def _make_runner(flat: Flat, kinds: list, axes: list, n: int, updates: bool,
@@ -363,13 +341,12 @@ def scan(
             for i, v in zip(scan_idx, x):
                 vals[i] = v
             inner, built = flat.rebuild(vals)
-            if partition is not None:
+            if has_partition:  # each step sees its slice's layout
                 for i in scan_idx:
-                    leaf = flat.fg.leaves[i]
-                    if isinstance(leaf, Variable):
+                    if isinstance(flat.fg.leaves[i], Variable):
                         var = _inner_var(flat, i, built)
                         if var is not None:
-                            _drop_partition(var, axes[i], partition)
+                            spmd.remove_axis(var, axes[i], transform_metadata)
             out = f(*inner, **kwargs)
             carry_out, ys, ys_axes, jpos = _split_output(out, out_axes)
             after = list(inner)
@@ -492,11 +469,12 @@ def scan(
         ordered = [final[j] if kind == "in" else next(extra_final)
                    for kind, j in trace["order"]]
         built_roots = flat.write_back(trace["defs"], ordered)
-        for leaf, meta in zip(flat.leaves, saved_meta):
-            if meta is not None:
+        for j, (leaf, meta) in enumerate(zip(flat.leaves, saved_meta)):
+            if meta is not None and not (has_partition and kinds[j] == "scan"):
                 object.__setattr__(leaf, "_var_metadata", meta)
-        if partition is not None:
-            _mark_new_partitions(flat, trace, built_roots, extra_axes, partition)
+        if has_partition:
+            _add_axes(built_roots, trace["order"], kinds, axes, extra_axes,
+                      transform_metadata)
         n_args = len(flat.roots)
         carry_res = built_roots[carry_pos] if carry_pos is not None else None
         return _join_output(carry_res, built_roots[n_args], trace["jpos"])
@@ -595,13 +573,18 @@ def _extra_axes(trace: dict, n_leaves: int, flat: Flat, entries: tp.Any, in_axes
     return res
 
 
-def _mark_new_partitions(flat: Flat, trace: dict, roots: list, extra_axes: list,
-                         partition: tp.Any) -> None:
-    fg = eng.flatten(roots)
-    seen = {id(x) for x in flat.leaves}
-    new_vars = [x for x in fg.leaves if isinstance(x, Variable) and id(x) not in seen]
-    for var, ax in zip(new_vars, extra_axes):
-        _add_partition(var, ax, partition)
-
-
-__all__ = ["Carry", "scan"]
+def _add_axes(roots: list, order: list, kinds: list, axes: list, extra_axes: list,
+              transform_metadata: tp.Mapping) -> None:
+    """Puts the scanned axis back into the metadata of the scanned Variables and of those
+    created inside (``spmd.add_axis``, which also calls each Variable's hook)."""
+    k = 0
+    for (kind, j), leaf in zip(order, eng.flatten(roots).leaves):
+        if kind == "extra":
+            ax = extra_axes[k]
+            k += 1
+        elif kinds[j] == "scan":
+            ax = axes[j]
+        else:
+            continue
+        if isinstance(leaf, Variable):
+            spmd.add_axis(leaf, ax, transform_metadata)
