@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from flaxen import traceback_util
+from flaxen.errors import NNXTransformError
 from flaxen.nnx._modes import resolve_modes
 from flaxen.nnx.transforms._mapped import mapped_call
 
@@ -46,9 +47,17 @@ def _branching(kind: str, selector: tp.Any, branches: tp.Sequence[tp.Callable],
         fns = [branch(i) for i in range(len(branches))]
 
         def go(values: list, leaves: list) -> tp.Any:
-            if kind == "cond":
-                return jax.lax.cond(selector, fns[0], fns[1], values, leaves)
-            return jax.lax.switch(selector, fns, values, leaves)
+            try:
+                if kind == "cond":
+                    return jax.lax.cond(selector, fns[0], fns[1], values, leaves)
+                return jax.lax.switch(selector, fns, values, leaves)
+            except TypeError as e:
+                if "same pytree structure" not in str(e):
+                    raise
+                raise NNXTransformError(
+                    "", f"nnx.{kind}: the branches left the graph nodes (or returned outputs) "
+                    "with different structures", "Make every branch create, remove and return "
+                    "the same attributes and Variables; change only values.") from e
 
         return go
 
