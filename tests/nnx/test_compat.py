@@ -9,7 +9,8 @@ import pytest
 
 from flaxen import linen as nn
 from flaxen.experimental import nnx
-from flaxen.nnx import bridge, compatibility
+from flaxen.experimental.nnx import _bridge as bridge
+from flaxen.nnx import compatibility
 
 
 class LinenMLP(nn.Module):

@@ -98,7 +98,7 @@ _LAZY = {
     # loaded on first use: TrainState needs flaxen.struct, the interop modules flaxen.linen
     "TrainState": ("flaxen.nnx.training.train_state", "TrainState"),
     "compatibility": ("flaxen.nnx.compatibility", None),
-    "bridge": ("flaxen.nnx.bridge", None),
+    "bridge": ("flaxen.experimental.nnx._bridge", None),  # flaxen's pre-today wrappers
 }
 
 
