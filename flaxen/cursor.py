@@ -98,7 +98,7 @@ def _traverse_tree(
             if new is not child:
                 yield child_path, new
                 continue
-        elif cond_fn(_path_str(child_path), child):
+        elif cond_fn is not None and cond_fn(_path_str(child_path), child):
             yield child_path
             continue
         yield from _traverse_tree(child_path, child, update_fn=update_fn, cond_fn=cond_fn)
@@ -109,16 +109,16 @@ def _rebuild(obj: Any, updates: dict[Any, Any]) -> Any:
     if isinstance(obj, FrozenDict):
         return FrozenDict({**{k: obj[k] for k in obj.keys()}, **updates})
     if isinstance(obj, dict):
-        new = copy.copy(obj)
-        new.update(updates)
-        return new
+        new_dict = copy.copy(obj)
+        new_dict.update(updates)
+        return new_dict
     if _is_namedtuple(obj):
         return obj._replace(**updates)
     if isinstance(obj, list):
-        new = copy.copy(obj)
+        new_list = copy.copy(obj)
         for index, value in updates.items():
-            new[index] = value
-        return new
+            new_list[index] = value
+        return new_list
     if isinstance(obj, tuple):
         items = list(obj)
         for index, value in updates.items():
@@ -190,16 +190,15 @@ class Cursor(Generic[A]):
 
     def _child_key(self, key: Any) -> tuple[Any, AccessType]:
         # A named tuple's fields are reachable both as c[0] and c.x: both name one child.
-        if _is_namedtuple(self._obj) and isinstance(key, int):
-            return self._obj._fields[key], AccessType.ATTR
+        obj: Any = self._obj
+        if _is_namedtuple(obj) and isinstance(key, int):
+            return obj._fields[key], AccessType.ATTR
         return key, AccessType.ITEM
 
     def _child(self, key: Any, access: AccessType) -> Cursor:
         if key not in self._changes:
-            if access is AccessType.ATTR:
-                value = getattr(self._obj, key)
-            else:
-                value = self._obj[key]
+            obj: Any = self._obj
+            value = getattr(obj, key) if access is AccessType.ATTR else obj[key]
             self._changes[key] = Cursor(value, ParentKey(self, key, access))
         return self._changes[key]
 
@@ -303,7 +302,7 @@ class Cursor(Generic[A]):
     # --- containers -------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._obj)
+        return len(self._obj)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[Cursor]:
         if not isinstance(self._obj, (tuple, list)):
@@ -347,7 +346,8 @@ class Cursor(Generic[A]):
     __invert__ = _unary(operator.invert)
 
     def __round__(self, ndigits: int | None = None) -> Any:
-        return round(self._obj, ndigits) if ndigits is not None else round(self._obj)
+        obj: Any = self._obj
+        return round(obj, ndigits) if ndigits is not None else round(obj)
 
     __add__, __radd__ = _binary(operator.add), _binary(operator.add, True)
     __sub__, __rsub__ = _binary(operator.sub), _binary(operator.sub, True)
@@ -369,7 +369,8 @@ class Cursor(Generic[A]):
     __ne__ = _binary(operator.ne)  # type: ignore[assignment]
     __gt__ = _binary(operator.gt)
     __ge__ = _binary(operator.ge)
-    __hash__ = None  # type: ignore[assignment]  (cursors compare by value, like their objects)
+    # cursors compare by value, like their objects, so they are unhashable
+    __hash__ = None  # type: ignore[assignment]
 
 
 def cursor(obj: A) -> Cursor[A]:

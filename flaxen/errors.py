@@ -96,7 +96,7 @@ class FlaxError(Exception):
         self = super().__new__(cls, *args)
         # Remember the constructor call: the message alone cannot rebuild a subclass
         # whose __init__ takes structured arguments (needed by pickle / copy).
-        self._ctor_args = (args, kwargs)
+        self._ctor_args = (args, kwargs)  # type: ignore[attr-defined]
         return self
 
     def __init__(self, message: str) -> None:
@@ -347,7 +347,7 @@ class TransformTargetError(FlaxError):
 class TransformedMethodReturnValueError(FlaxError):
     """A transformed Module method returned a Module or a Variable."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str | None) -> None:
         self.name = name
         super().__init__(
             f"Transformed Module method {name} cannot return Modules or Variables. "

@@ -367,7 +367,7 @@ def scan_in_dim(body_fn: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: A
                 f"scan_in_dim axis={axes} does not name {n} distinct axes of an input with "
                 f"{ndim} dimensions."
             )
-        return out
+        return out  # type: ignore[return-value] # no None left: checked above
 
     def to_front(x):
         x = jnp.asarray(x)

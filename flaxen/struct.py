@@ -88,7 +88,8 @@ def dataclass(clz: _T | None = None, **kwargs: Any) -> _T | Callable[[_T], _T]:
         return clz
 
     kwargs["frozen"] = True
-    data_clz: Any = dataclasses.dataclass(**kwargs)(clz)  # type: ignore[call-overload]
+    target: Any = clz
+    data_clz: Any = dataclasses.dataclass(**kwargs)(target)
 
     data_fields: list[str] = []
     meta_fields: list[str] = []

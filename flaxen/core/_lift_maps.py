@@ -58,9 +58,9 @@ def vmap(
     key per slice. Boxed variables get ``add_axis``/``remove_axis`` with
     ``metadata_params``.
     """
-    variable_in_axes, variable_out_axes = _split_in_out_axes(variable_axes)
-    variable_in_groups, variable_in_axes = _unzip(variable_in_axes.items())
-    variable_out_groups, variable_out_axes = _unzip(variable_out_axes.items())
+    in_axes_of, out_axes_of = _split_in_out_axes(variable_axes)
+    variable_in_groups, variable_in_axes = _unzip(in_axes_of.items())
+    variable_out_groups, variable_out_axes = _unzip(out_axes_of.items())
     rng_groups_f, rng_splits = _unzip(split_rngs.items())
 
     def inner(scope_fn, repack_fn, variable_groups, rng_groups, *args):
@@ -135,9 +135,9 @@ def scan(
     per iteration. ``in_axes`` may use :data:`broadcast` for inputs passed whole.
     """
     del check_constancy_invariants
-    variable_in_axes, variable_out_axes = _split_in_out_axes(variable_axes)
-    variable_in_groups, variable_in_axes = _unzip(variable_in_axes.items())
-    variable_out_groups, variable_out_axes = _unzip(variable_out_axes.items())
+    in_axes_of, out_axes_of = _split_in_out_axes(variable_axes)
+    variable_in_groups, variable_in_axes = _unzip(in_axes_of.items())
+    variable_out_groups, variable_out_axes = _unzip(out_axes_of.items())
     if variable_in_groups != variable_out_groups:
         raise ValueError(
             "scan needs the same collections in its input and output variable_axes; got "
@@ -263,7 +263,7 @@ def _merge_cols(old: dict, new: dict) -> dict:
 
 
 def _check_carry(before: tuple, after: tuple) -> None:
-    if jax.tree_util.tree_structure(before) != jax.tree_util.tree_structure(after):
+    if jax.tree_util.tree_structure(before) != jax.tree_util.tree_structure(after):  # type: ignore[operator]
         raise ValueError(
             "A variable_carry collection changed structure inside the scan body (variables "
             f"before: {jax.tree_util.tree_structure(before)}, after: "

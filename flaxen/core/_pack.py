@@ -83,7 +83,7 @@ def _dedup(scopes: list[Scope]) -> tuple[list[Scope], list[tuple[int, tuple[str,
     refs = []
     for s in scopes:
         path: list[str] = []
-        node = s
+        node: Any = s  # every scope reaches a root in root_index through its parents
         while id(node) not in root_index:
             path.append(node.name)
             node = node.parent
@@ -193,7 +193,7 @@ def pack(
                 while leaf.parent is not None:
                     leaf = leaf.parent
                 inner_roots[root_i] = leaf
-            groups_per_root = []
+            groups_per_root: list[Any] = []
             for inner in inner_roots:
                 if inner is None:
                     groups_per_root.append(tuple({} for _ in out_variable_filters))

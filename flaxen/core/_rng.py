@@ -42,7 +42,7 @@ try:  # the primitives behind jax.random.fold_in / key_data (private; optional f
     _UNWRAP_P = _jax_prng.random_unwrap_p
     _Tracer = jax.core.Tracer
 except Exception:  # pragma: no cover - depends on the JAX version
-    _FOLD_IN_P = _UNWRAP_P = None
+    _FOLD_IN_P = _UNWRAP_P = None  # type: ignore[assignment]
 
 _UINT32 = np.dtype("uint32")
 _NO_FAST = (None, False)
@@ -51,7 +51,7 @@ _NO_FAST = (None, False)
 def _legacy_keys_plain() -> bool:
     """Whether jax.random accepts raw uint32 keys silently (no warning, no error)."""
     try:
-        cfg = jax.config
+        cfg: Any = jax.config  # flags are attributes set at runtime
         return (str(cfg.jax_legacy_prng_key) in ("allow", "LegacyPrngKeyState.ALLOW")
                 and not cfg.jax_enable_custom_prng)
     except Exception:  # pragma: no cover

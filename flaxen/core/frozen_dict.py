@@ -15,7 +15,7 @@ keys (``DictKey`` entries, keys sorted the way JAX sorts dict keys), so
 
 from __future__ import annotations
 
-from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
+from collections.abc import Iterator, KeysView, Mapping, ValuesView
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -65,6 +65,9 @@ class FrozenDict(Mapping[K, V]):
     """
 
     __slots__ = ("_dict", "_hash", "_sorted_keys")
+    _dict: dict[Any, Any]
+    _hash: int | None
+    _sorted_keys: Any
 
     def __init__(self, *args: Any, __unsafe_skip_copy__: bool = False, **kwargs: Any):
         # The skip-copy path trusts the caller to hand over dicts nobody else
@@ -146,7 +149,8 @@ class FrozenDict(Mapping[K, V]):
     def __ror__(self, other: Any) -> FrozenDict[K, V]:
         if not isinstance(other, Mapping):
             return NotImplemented
-        return FrozenDict(other).copy(self)
+        merged: FrozenDict[Any, Any] = FrozenDict(other)
+        return merged.copy(self)
 
     def get(self, key: Any, default: Any = None) -> Any:
         """Returns ``self[key]`` if present, else ``default``."""
@@ -160,7 +164,7 @@ class FrozenDict(Mapping[K, V]):
     def values(self) -> FrozenValuesView:
         return FrozenValuesView(self)
 
-    def items(self) -> ItemsView:  # type: ignore[override]
+    def items(self) -> Iterator[tuple[K, V]]:  # type: ignore[override]
         """Yields ``(key, value)`` pairs; nested dicts come out as FrozenDicts."""
         for key in self._dict:
             yield (key, self[key])

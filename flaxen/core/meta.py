@@ -177,7 +177,7 @@ class Partitioned(struct.PyTreeNode, AxisMetadata[A]):
             return jax.lax.with_sharding_constraint(self.value, sharding)
         return self.value
 
-    def replace_boxed(self, val: B) -> Partitioned[B]:
+    def replace_boxed(self, val: Any) -> Partitioned:
         return self.replace(value=val)
 
     def _axis_name(self, params: dict[Any, Any]) -> Any:

@@ -290,7 +290,8 @@ class Variable(Generic[T]):
         if self.unbox:
             current = self.scope.get_variable(self.collection, self.name)
             if isinstance(current, meta.AxisMetadata):
-                value = current.replace_boxed(value)
+                self.scope.put_variable(self.collection, self.name, current.replace_boxed(value))
+                return
         self.scope.put_variable(self.collection, self.name, value)
 
     def is_mutable(self) -> bool:
@@ -333,6 +334,8 @@ class Scope:
         self.path = tuple(path)
         self.debug_path = tuple(debug_path) if debug_path else self.path
         self.mutable = mutable
+        self._store: _Store
+        self._root: Scope | None
         if parent is not None:
             self._store = parent._store
             self._root = parent.root
@@ -564,7 +567,7 @@ class Scope:
             raise errors.ModifyScopeVariableError(col, "*", self.path_text)
         found = self._collection(col)
         if found is not None:
-            return found  # mutable collections only ever hold plain dicts
+            return found  # type: ignore[return-value] # mutable collections hold plain dicts
         if self.parent is None:
             found = self._store.variables[col] = {}
         else:
@@ -587,7 +590,7 @@ class Scope:
         found = self._collection(col)
         return found is None or len(found) == 0
 
-    def variables(self) -> dict:
+    def variables(self) -> Mapping:
         """This scope's variables, one entry per non-empty collection."""
         if self.parent is None:
             out = dict(self._store.variables)
@@ -599,7 +602,7 @@ class Scope:
                     out[col] = found
         return freeze(out) if config.flax_return_frozendict else out
 
-    def mutable_variables(self) -> dict:
+    def mutable_variables(self) -> Mapping:
         """The variables of the mutable collections only."""
         out = {}
         for col in self._store.variables:

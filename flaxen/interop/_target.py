@@ -91,6 +91,7 @@ def _nnx_order(module: Any) -> dict[tuple, int]:
             order.setdefault(path, len(order))
             return
         seen.add(id(obj))
+        items: list[tuple[Any, Any]]
         if isinstance(obj, Module):
             items = list(vars(obj).items())
         elif isinstance(obj, (list, tuple)):
@@ -136,7 +137,7 @@ def read_target(target: Any) -> Target:
         from flaxen.nnx.graph import state
 
         flavour = "nnx_module"
-        fs = state(target).flat_state()
+        fs = state(target).flat_state()  # type: ignore[union-attr] # one State: no filters
         order = _nnx_order(target)
         paths = sorted(fs, key=lambda p: order.get(tuple(p), len(order)))
         for p in paths:
@@ -267,7 +268,7 @@ def write_target(target: Target, filled: dict[tuple, Any]) -> Any:
     from flaxen.nnx.variables import VariableState
 
     is_state = target.flavour == "nnx_state"
-    src = (target.original if is_state else state(target.original)).flat_state()
+    src = (target.original if is_state else state(target.original)).flat_state()  # type: ignore[union-attr]
     items = []
     for full, leaf in src.items():
         new = filled.get(tuple(full), _MISSING)

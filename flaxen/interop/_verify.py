@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import sys
 from typing import Any
 
@@ -82,7 +83,7 @@ class VerifyReport:
     def __str__(self) -> str:
         from rich.console import Console
 
-        console = Console(width=120, record=True, file=_Null(), color_system=None)
+        console = Console(width=120, record=True, file=io.StringIO(), color_system=None)
         console.print(self)
         return console.export_text()
 
@@ -92,13 +93,6 @@ class VerifyReport:
 
         rich.print(self)
 
-
-class _Null:
-    def write(self, _: str) -> int:
-        return 0
-
-    def flush(self) -> None:
-        pass
 
 
 def _first_array(x: Any) -> Any:
@@ -191,12 +185,12 @@ def _nnx_recorder(module: Any, record: dict):
     from flaxen.nnx.graph import iter_graph
     from flaxen.nnx.module import Module
 
-    swapped = []
+    swapped: list[tuple[Any, Any]] = []
     try:
         for path, node in list(iter_graph(module)):
             if not isinstance(node, Module) or not path or not callable(node):
                 continue
-            cls = type(node)
+            cls: Any = type(node)
             key = "/".join(str(p) for p in path)
 
             def call(self, *a, _cls=cls, _key=key, **k):
@@ -321,7 +315,7 @@ def causes_for(kind: str, module: Any, between: list[tuple[str, Any]], first: bo
 
 def verify(torch_module: Any, flaxen_module: Any, variables: Any, inputs: Any, rtol: float,
            atol: float, *, flaxen_inputs: Any = None, torch_kwargs: dict | None = None,
-           flaxen_kwargs: dict | None = None, rules: dict | None = None) -> VerifyReport:
+           flaxen_kwargs: dict | None = None, rules: Any = None) -> VerifyReport:
     """Implementation of :func:`flaxen.interop.torch.verify` (see there)."""
     import torch
 

@@ -219,7 +219,8 @@ def explicit_padding(
     """
     dilated_in = tuple((n - 1) * d + 1 if n else 0 for n, d in zip(input_spatial, input_dilation))
     dilated_k = dilated_sizes(kernel_size, kernel_dilation)
-    return [tuple(p) for p in lax.padtype_to_pads(dilated_in, dilated_k, strides, padding)]
+    pads = lax.padtype_to_pads(dilated_in, dilated_k, strides, padding)
+    return [(int(lo), int(hi)) for lo, hi in pads]
 
 
 def valid_output_spatial(

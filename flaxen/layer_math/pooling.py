@@ -66,7 +66,7 @@ def _resolve_padding(
             f"{caller}: padding {padding!r} must hold exactly {n} (low, high) pairs, one "
             f"per window dimension (window has {n} dimensions)."
         )
-    return pairs
+    return pairs  # type: ignore[return-value] # each pair has length 2: checked above
 
 
 def pool(

@@ -53,7 +53,8 @@ def _deep_clone_value(v: Any, cache: dict, reset_names: bool) -> Any:
     if t is list or t is tuple:
         return t(_deep_clone_value(x, cache, reset_names) for x in v)
     if isinstance(v, Mapping):
-        return type(v)({k: _deep_clone_value(x, cache, reset_names) for k, x in v.items()})
+        rebuilt = {k: _deep_clone_value(x, cache, reset_names) for k, x in v.items()}
+        return type(v)(rebuilt)  # type: ignore[call-arg]
     return v
 
 

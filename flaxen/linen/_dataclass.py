@@ -46,10 +46,12 @@ def _compact_method_names(cls: type) -> list[str]:
     return names
 
 
-def _generate_init(cls: type, fields: list[dataclasses.Field]) -> Any:
+def _generate_init(cls: Any, fields: list[dataclasses.Field]) -> Any:
     """An ``__init__`` equivalent to the dataclass one, writing to ``__dict__`` directly."""
     globs: dict[str, Any] = {"_MISSING": _MISSING}
-    positional, keyword, body = [], [], []
+    positional: list[str] = []
+    keyword: list[str] = []
+    body: list[str] = []
     for f in fields:
         dflt = f"_dflt_{f.name}"
         if f.init:
@@ -106,15 +108,19 @@ def _unbound_only_hash(field_hash: Any) -> Any:
             raise TypeError("Can't call __hash__ on modules that hold variables.")
         return field_hash(self)
 
-    __hash__._flaxen_field_hash = field_hash
+    setattr(__hash__, "_flaxen_field_hash", field_hash)  # noqa: B010 - read by clone
     return __hash__
 
+
+# dataclasses' field kinds (private, stable since 3.7): InitVars need dataclasses' __init__.
+_FIELD = dataclasses._FIELD  # type: ignore[attr-defined]
+_FIELD_INITVAR = dataclasses._FIELD_INITVAR  # type: ignore[attr-defined]
 
 # Set by _module.py once Module exists: (Module.__post_init__,).
 _module_post_init: list[Any] = [None]
 
 
-def make_dataclass(cls: type, kw_only: bool = False) -> None:
+def make_dataclass(cls: Any, kw_only: bool = False) -> None:
     """Turns ``cls`` into a dataclass with the Module conventions, in place."""
     own_setattr = cls.__dict__.get("__setattr__")
     own_hash = "__hash__" in cls.__dict__
@@ -137,18 +143,18 @@ def make_dataclass(cls: type, kw_only: bool = False) -> None:
         reordered.update({k: declared[k] for k in _RESERVED if k in declared})
         cls.__dataclass_fields__ = reordered
     fields = list(cls.__dataclass_fields__.values())
-    has_initvar = any(f._field_type is dataclasses._FIELD_INITVAR for f in fields)
+    has_initvar = any(f._field_type is _FIELD_INITVAR for f in fields)
     if not has_initvar:  # InitVars need dataclasses' own __init__ (rare)
-        init_fields = [f for f in fields if f._field_type is dataclasses._FIELD]
+        init_fields = [f for f in fields if f._field_type is _FIELD]
         cls.__init__ = _generate_init(cls, init_fields)
     cls._flaxen_custom_post_init = cls.__post_init__ is not _module_post_init[0]
     cls._flaxen_fields = tuple(
         f.name for f in fields
-        if f.init and f.name not in _RESERVED and f._field_type is dataclasses._FIELD
+        if f.init and f.name not in _RESERVED and f._field_type is _FIELD
     )
 
 
-def transform_subclass(cls: type, kw_only: bool, base_names: frozenset) -> None:
+def transform_subclass(cls: Any, kw_only: bool, base_names: frozenset) -> None:
     """The whole ``__init_subclass__`` work: checks, dataclass, method wrapping."""
     _check_annotations(cls)
     if len(_compact_method_names(cls)) > 1:

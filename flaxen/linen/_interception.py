@@ -167,10 +167,10 @@ def wrap_method(fun: Callable[..., Any], is_compact: bool) -> Callable[..., Any]
             stack.pop()
 
     functools.update_wrapper(wrapped, fun)
-    wrapped._flaxen_wrapped = True
-    wrapped._flaxen_raw = fun
+    wrapped.__dict__["_flaxen_wrapped"] = True
+    wrapped.__dict__["_flaxen_raw"] = fun
     if is_compact:
-        wrapped.compact = True
+        wrapped.__dict__["compact"] = True
     return wrapped
 
 
@@ -185,8 +185,8 @@ def wrap_setup(fun: Callable[..., Any]) -> Callable[..., Any]:
         try_setup(self)
 
     functools.update_wrapper(setup, fun)
-    setup._flaxen_wrapped = True
-    setup._flaxen_raw = fun
+    setup.__dict__["_flaxen_wrapped"] = True
+    setup.__dict__["_flaxen_raw"] = fun
     return setup
 
 
@@ -207,7 +207,7 @@ def wrap_descriptor(prop: property) -> property:
             raise errors.DescriptorAttributeError() from e
 
     functools.update_wrapper(getter, fget)
-    getter._flaxen_wrapped = True
+    getter.__dict__["_flaxen_wrapped"] = True
     return property(getter, prop.fset, prop.fdel, prop.__doc__)
 
 

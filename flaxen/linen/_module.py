@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import types
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import jax
 import jax.numpy as jnp
@@ -496,7 +496,7 @@ def merge_param(name: str, a: T | None, b: T | None) -> T:
         raise ValueError(
             f'Parameter "{name}" was passed to the constructor and at call time. Should be '
             "passed just once.")
-    return a if b is None else b
+    return cast(T, a if b is None else b)
 
 
 def compact(fun: Callable[..., T]) -> Callable[..., T]:
@@ -510,7 +510,7 @@ def compact(fun: Callable[..., T]) -> Callable[..., T]:
     >>> Foo.__call__.compact
     True
     """
-    fun.compact = True
+    fun.__dict__["compact"] = True
     return fun
 
 
@@ -551,7 +551,7 @@ def compact_name_scope(fun: Callable[..., T]) -> Callable[..., T]:
             st.in_compact, st.compact_done, st.autoname_cursor = saved
 
     functools.update_wrapper(scoped, fun)
-    scoped.compact_name_scope = True
+    scoped.__dict__["compact_name_scope"] = True
     return scoped
 
 
@@ -560,7 +560,7 @@ def nowrap(fun: Callable[..., T]) -> Callable[..., T]:
 
     For helpers callable on unbound Modules or that override Module plumbing.
     """
-    fun.nowrap = True
+    fun.__dict__["nowrap"] = True
     return fun
 
 

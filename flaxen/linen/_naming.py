@@ -88,7 +88,7 @@ def bind_new_module(module: Any) -> None:
         d["scope"] = None
         return
     if isinstance(parent, ModuleBase):
-        pst = parent._state
+        pst = parent.__dict__["_state"]
         name = d["name"]
         adopt = not type(module)._flaxen_custom_post_init  # else after __post_init__
         if pst.in_setup:

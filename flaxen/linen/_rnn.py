@@ -193,7 +193,7 @@ class RNN(Module):
             unroll=self.unroll,
         )
         carry, outputs = scan(self.cell, initial_carry, inputs)
-        if slice_carry:
+        if slice_carry and seq_lengths is not None:
             carries, outputs = outputs
             carry = _select_last_carry(carries, seq_lengths)
         if reverse and keep_order:

@@ -21,7 +21,7 @@ import enum
 import functools
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar, dataclass_transform
 
 
 class _Sentinel:
@@ -175,6 +175,9 @@ def _chain(icpt: Callable, nxt: Callable, ctx: InterceptorContext) -> Callable:
     return run
 
 
+# Tells type checkers that subclasses are dataclasses (``_dataclass.transform_subclass`` makes
+# them so at runtime), so ``Dense(features=3, name='d')`` is checked against the fields.
+@dataclass_transform(field_specifiers=(dataclasses.field,))
 class ModuleBase:
     """Marker base class of :class:`flaxen.linen.Module`.
 
@@ -183,3 +186,9 @@ class ModuleBase:
     """
 
     __slots__ = ()
+
+    # Set on each subclass by _dataclass.make_dataclass / transform_subclass.
+    _flaxen_fields: ClassVar[tuple[str, ...]]
+    _flaxen_setup: ClassVar[Any]
+    _flaxen_custom_post_init: ClassVar[bool]
+    _compact_name_scope_methods: ClassVar[tuple[str, ...]]

@@ -156,10 +156,10 @@ def jit_lift_transform(target: Any, methods: Any = None, **jit_kwargs: Any) -> A
                              args, kwargs)
 
             functools.update_wrapper(wrapped_fn, fn)
-            wrapped_fn._flaxen_wrapped = True
+            wrapped_fn.__dict__["_flaxen_wrapped"] = True
             return wrapped_fn
 
-        namespace = {n: create(n, kw) for n, (_, kw) in per_method.items()}
+        namespace: dict[str, Any] = {n: create(n, kw) for n, (_, kw) in per_method.items()}
         namespace["__module__"] = _PUBLIC_MODULE
         cls = type("Jit" + module_class.__name__, (module_class,), namespace)
         cls.__qualname__ = cls.__name__
@@ -173,5 +173,5 @@ def jit_lift_transform(target: Any, methods: Any = None, **jit_kwargs: Any) -> A
         return _call(trafo_fn, self, self, name, args, kwargs)
 
     functools.update_wrapper(wrapped_fn, fn)
-    wrapped_fn._flaxen_wrapped = True
+    wrapped_fn.__dict__["_flaxen_wrapped"] = True
     return wrapped_fn

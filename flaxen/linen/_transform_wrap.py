@@ -130,12 +130,13 @@ def collect_scopes(module: Any, args: tuple, kwargs: dict, what: str,
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=_is_special)
     if not any(isinstance(x, (ModuleBase, Variable)) for x in leaves):
         return index.scopes, args, kwargs
-    new_leaves = []
+    new_leaves: list[Any] = []
     n_modules = 0
     for leaf in leaves:
         if isinstance(leaf, ModuleBase) and leaf.__dict__.get("scope") is not None:
             try_setup(leaf, shallow=True)
-            new_leaves.append(InstancePlaceholder(n_modules, index.add(leaf.scope), leaf))
+            scope_id = index.add(leaf.__dict__["scope"])
+            new_leaves.append(InstancePlaceholder(n_modules, scope_id, leaf))
             n_modules += 1
         elif isinstance(leaf, Variable):
             new_leaves.append(VariablePlaceholder(
@@ -176,7 +177,7 @@ def _value_plan(v: Any, index: _ScopeIndex, depth: int) -> Any:
             return None
         try_setup(v, shallow=True)
         fields = _field_plans(v, index, depth + 1)
-        return _ModulePlan(v, index.add(v.scope), fields)
+        return _ModulePlan(v, index.add(v.__dict__["scope"]), fields)
     if isinstance(v, Variable):
         return _VariablePlan(v, index.add(v.scope))
     if isinstance(v, (list, tuple)):
@@ -203,7 +204,7 @@ def _field_plans(module: Any, index: _ScopeIndex, depth: int = 0) -> dict:
     return out
 
 
-def _rebuild(p: Any, scopes: list[Scope], cache: dict) -> Any:
+def _rebuild(p: Any, scopes: Any, cache: dict) -> Any:
     if isinstance(p, _ModulePlan):
         m = p.module
         clone = cache.get(id(m))  # one Module held twice stays one clone
@@ -224,7 +225,7 @@ def _rebuild(p: Any, scopes: list[Scope], cache: dict) -> Any:
     return p.kind(values)
 
 
-def rebuild_fields(plans: dict | None, scopes: list[Scope], cache: dict | None = None
+def rebuild_fields(plans: dict | None, scopes: list[Scope] | None, cache: dict | None = None
                    ) -> dict:
     """Field updates putting the Modules/Variables of ``plans`` onto the inner ``scopes``.
 
@@ -487,7 +488,7 @@ def decorator_lift_transform(transform: Callable[..., Any], class_fn: Any, *traf
         return trafo_fn(scopes, *args, **kwargs)
 
     functools.update_wrapper(wrapped_fn, prewrapped[0])
-    wrapped_fn._flaxen_wrapped = True
+    wrapped_fn.__dict__["_flaxen_wrapped"] = True
     return wrapped_fn
 
 
@@ -507,14 +508,14 @@ def method_trafo_args(methods: Any, trafo_args: tuple, trafo_kwargs: dict
     )
 
 
-def base_instance(module: Any, module_class: type) -> Any:
+def base_instance(module: Any, module_class: Any) -> Any:
     """An unbound instance of ``module_class`` with the fields (and name) of ``module``."""
     d = module.__dict__
     attrs = {f: d[f] for f in module_class._flaxen_fields if f in d}
     return module_class(**attrs, name=d.get("name"), parent=None)
 
 
-def module_class_lift_transform(transform: Callable[..., Any], module_class: type,
+def module_class_lift_transform(transform: Callable[..., Any], module_class: Any,
                                 *trafo_args: Any, methods: Any = None,
                                 class_prefix: str | None = None, **trafo_kwargs: Any) -> type:
     """A subclass of ``module_class`` whose methods (default ``__call__``) are lifted.
@@ -552,10 +553,11 @@ def module_class_lift_transform(transform: Callable[..., Any], module_class: typ
             return trafo_fn(scopes, *call_args, **call_kwargs)
 
         functools.update_wrapper(wrapped_fn, fn)
-        wrapped_fn._flaxen_wrapped = True
+        wrapped_fn.__dict__["_flaxen_wrapped"] = True
         return wrapped_fn
 
-    namespace = {name: create(name, a, kw) for name, (a, kw) in per_method.items()}
+    namespace: dict[str, Any] = {
+        name: create(name, a, kw) for name, (a, kw) in per_method.items()}
     namespace["__module__"] = _PUBLIC_MODULE
     cls = type(prefix + module_class.__name__, (module_class,), namespace)
     cls.__qualname__ = cls.__name__

@@ -33,7 +33,7 @@ def _l2_normalize(x: Array, axis: Any = None, eps: float = 1e-12) -> Array:
 def _leaf_name(layer: Module, path: tuple) -> str:
     # path[0] is the collection ('params'); the layer's own name leads the key, as in Flax.
     keys = [str(getattr(p, "key", getattr(p, "name", p))) for p in path[1:]]
-    return "/".join([layer.name] + keys)
+    return "/".join([str(layer.name)] + keys)
 
 
 class SpectralNorm(Module):

@@ -35,7 +35,7 @@ def _inherited_kw_only(cls: type) -> set[str]:
     names: set[str] = set()
     for base in reversed(cls.__mro__[1:]):
         for f in getattr(base, "__dataclass_fields__", {}).values():
-            if f._field_type is dataclasses._FIELD:
+            if f._field_type is dataclasses._FIELD:  # type: ignore[attr-defined]
                 if f.kw_only is True:
                     names.add(f.name)
                 else:

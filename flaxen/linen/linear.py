@@ -58,7 +58,7 @@ class PromoteDtypeFn(Protocol):
 
     def __call__(
         self, *args: Array | None, dtype: Any = None, inexact: bool = True
-    ) -> list[Array | None]: ...
+    ) -> list[Any]: ...  # each entry is None exactly where its argument is
 
 
 default_kernel_init = initializers.lecun_normal()

@@ -294,6 +294,7 @@ class GroupNorm(Module):
                 )
             num_groups = channels // self.group_size
         else:
+            assert self.num_groups is not None  # exactly one of the two is set (checked above)
             num_groups = self.num_groups
         if num_groups <= 0 or channels % num_groups != 0:
             raise ValueError(

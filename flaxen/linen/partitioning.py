@@ -159,7 +159,7 @@ class PartitionedVariable(Variable):
 
     @property
     def value(self) -> Any:
-        value = Variable.value.fget(self)
+        value = Variable.value.fget(self)  # type: ignore[attr-defined]
         if self.axes is None:
             return value
         return with_sharding_constraint(value, self.axes, fallback=self.fallback)
@@ -168,7 +168,7 @@ class PartitionedVariable(Variable):
     def value(self, value: Any) -> None:
         if self.axes is not None:
             value = with_sharding_constraint(value, self.axes, fallback=self.fallback)
-        Variable.value.fset(self, value)
+        Variable.value.fset(self, value)  # type: ignore[attr-defined]
 
 
 def variable_with_axes(collection: str, name: str, init_fn: Callable[..., Any] | None = None,

@@ -189,7 +189,7 @@ class RulesFallback(enum.Enum):
     NO_CONSTRAINT = "no_constraint"
 
 
-def _context_mesh() -> Mesh | None:
+def _context_mesh() -> Mesh | jax.sharding.AbstractMesh | None:
     abstract = jax.sharding.get_abstract_mesh()
     if abstract is not None and not abstract.empty:
         return abstract

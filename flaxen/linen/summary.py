@@ -145,7 +145,7 @@ def _rows(calls: list[_Call], variables: Mapping, depth: int | None,
         if c.path in seen or not hasattr(c.module, c.method):
             if not show_repeated:
                 continue
-            own, counted = {}, {}  # repeated calls show no variables
+            own, counted = {}, {}  # type: ignore[var-annotated] # repeated calls: none shown
         elif depth is not None and len(c.path) > depth:
             continue
         else:
@@ -192,7 +192,7 @@ def _add_flops(row: Row, rngs: Any, mutable: Any, fwd: bool, vjp: bool) -> None:
         filled = list(leaves)
         for i, x in zip(dynamic, arrays):
             filled[i] = x
-        return treedef.unflatten(filled)
+        return treedef.unflatten(filled)  # type: ignore[attr-defined]
 
     def init(rngs: Any, arrays: list) -> Any:
         a, k = inputs(arrays)

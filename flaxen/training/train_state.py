@@ -42,7 +42,7 @@ def _check_grads(grads: Any, params: Any) -> None:
     """
     g_leaves, g_def = jax.tree_util.tree_flatten_with_path(grads)
     p_leaves, p_def = jax.tree_util.tree_flatten_with_path(params)
-    if g_def != p_def:
+    if g_def != p_def:  # type: ignore[operator]
         g_paths = {_path(p): p for p, _ in g_leaves}
         p_paths = {_path(p): p for p, _ in p_leaves}
         missing = [p for p in p_paths if p not in g_paths]

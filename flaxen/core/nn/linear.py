@@ -67,6 +67,7 @@ def _per_batch_init(init_fn: Callable[..., Any], n_batch: int, n_lead: int,
     def init(rng: Any, shape: Sequence[int], dtype: Any = jnp.float32) -> Any:
         shape = tuple(shape)
         batch = int(np.prod(shape[:n_batch], dtype=np.int32))
+        block: tuple[int, ...]
         if n_lead:
             block = (int(np.prod(shape[n_batch:n_batch + n_lead])),
                      int(np.prod(shape[len(shape) - n_features:])))
