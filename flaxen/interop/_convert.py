@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,6 +27,7 @@ import numpy as np
 
 from flaxen.errors import TorchConversionError
 from flaxen.interop import _rules
+from flaxen.interop._place import place
 from flaxen.interop._target import Target, TargetLeaf, TargetUnit, read_target
 from flaxen.interop._torch_units import TorchUnit, normalize, read_source, shape_of, to_numpy
 
@@ -266,71 +266,13 @@ def convert(source: Any, target: Any, rules: Mapping[str, Any] | None = None,
     if problems:
         raise TorchConversionError(problems)
     on_device = DEVICE_LAYOUT if DEVICE_LAYOUT is not None else jax.default_backend() != "cpu"
-    placed = {}
-    for path, (arr, dtype) in filled.items():
-        moved = device_layout(arr, dtype) if on_device else None
-        if moved is not None:
-            placed[path] = moved
-            continue
-        arr = owned_contiguous(arr)
-        if arr.dtype != dtype:
-            arr = arr.astype(dtype)
-        placed[path] = jax.device_put(arr)  # on CPU this takes the buffer without a copy
+    placed = place(filled, on_device)
     from flaxen.interop._target import write_target
 
     out = write_target(the_plan.target, placed)
     return (out, the_plan) if return_plan else out
 
 
-_INT_OF_SIZE = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
-
-
-def owned_contiguous(arr: np.ndarray) -> np.ndarray:
-    """``arr`` as a C-contiguous array that owns its memory, in one pass at most.
-
-    Views of torch tensors are copied (the result must not change when the torch model is
-    trained further); transposed views are laid out by torch's blocked copy, several times
-    faster than numpy's for large matrices, when torch is loaded and strides allow.
-    """
-    if arr.flags.c_contiguous and arr.flags.owndata:
-        return arr
-    if arr.flags.c_contiguous:
-        return arr.copy()
-    torch = sys.modules.get("torch")
-    if torch is not None and arr.size > 4096 and arr.itemsize in _INT_OF_SIZE and all(
-            s >= 0 for s in arr.strides):
-        as_int = arr.view(_INT_OF_SIZE[arr.itemsize])
-        return torch.from_numpy(as_int).contiguous().numpy().view(arr.dtype)
-    return np.ascontiguousarray(arr)
-
-
 # Where permuted views get laid out: None = on the accelerator when there is one (the
 # contiguous torch buffer is sent as is and transposed there, nearly free), else on the host.
 DEVICE_LAYOUT: bool | None = None
-
-
-def _as_permutation(arr: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]] | None:
-    """``(base, perm)`` with ``base`` C-contiguous and ``arr == base.transpose(perm)``."""
-    if arr.ndim < 2 or any(s <= 0 for s in arr.strides):
-        return None
-    order = sorted(range(arr.ndim), key=lambda k: -arr.strides[k])
-    base = np.lib.stride_tricks.as_strided(
-        arr, [arr.shape[k] for k in order], [arr.strides[k] for k in order])
-    if not base.flags.c_contiguous:
-        return None
-    return base, tuple(order.index(k) for k in range(arr.ndim))
-
-
-def device_layout(arr: np.ndarray, dtype: Any) -> Any:
-    """A permuted view sent contiguous and transposed on the device; None if not one."""
-    if arr.flags.c_contiguous:
-        return None
-    found = _as_permutation(arr)
-    if found is None:
-        return None
-    import jax
-
-    base, perm = found
-    # The transpose writes a new buffer, so sending a view of torch memory is safe.
-    out = jax.numpy.transpose(jax.device_put(base), perm)
-    return out.astype(dtype) if out.dtype != dtype else out
