@@ -24,8 +24,11 @@ from benchmarks._harness import Result, compare, have_flax
 SUITE = "nnx"
 
 
-def _mlp_case(quick: bool) -> Result:
-    from flaxen import nnx
+def _mlp_case(quick: bool, today: bool = False, graph_updates: bool = True) -> Result:
+    if today:  # today's flax.nnx API (Optimizer(wrt=), update(model, grads))
+        from flaxen import nnx
+    else:  # the Flax 0.8.3 API
+        from flaxen.experimental import nnx
 
     din, dh, dout, batch = (16, 32, 4, 8) if quick else (64, 128, 10, 32)
     x = jnp.ones((batch, din))
@@ -41,16 +44,28 @@ def _mlp_case(quick: bool) -> Result:
             return self.l2(jax.nn.relu(self.l1(x)))
 
     model = MLP(nnx.Rngs(0))
-    opt = nnx.Optimizer(model, tx)
+    if today:
+        opt = nnx.Optimizer(model, tx, wrt=nnx.Param)
 
-    @nnx.jit
-    def step(model, opt, x, y):
-        def loss_fn(model):
-            return jnp.mean((model(x) - y) ** 2)
+        @nnx.jit(graph_updates=graph_updates)
+        def step(model, opt, x, y):
+            def loss_fn(model):
+                return jnp.mean((model(x) - y) ** 2)
 
-        loss, grads = nnx.value_and_grad(loss_fn)(model)
-        opt.update(grads)
-        return loss
+            loss, grads = nnx.value_and_grad(loss_fn, graph_updates=graph_updates)(model)
+            opt.update(model, grads)
+            return loss
+    else:
+        opt = nnx.Optimizer(model, tx)
+
+        @nnx.jit
+        def step(model, opt, x, y):
+            def loss_fn(model):
+                return jnp.mean((model(x) - y) ** 2)
+
+            loss, grads = nnx.value_and_grad(loss_fn)(model)
+            opt.update(grads)
+            return loss
 
     impls = {"flaxen": lambda: step(model, opt, x, y)}
 
@@ -68,12 +83,12 @@ def _mlp_case(quick: bool) -> Result:
         fmodel = FMLP(fnnx.Rngs(0))
         fopt = fnnx.Optimizer(fmodel, tx, wrt=fnnx.Param)
 
-        @fnnx.jit
+        @fnnx.jit(graph_updates=graph_updates)
         def fstep(model, opt, x, y):
             def loss_fn(model):
                 return jnp.mean((model(x) - y) ** 2)
 
-            loss, grads = fnnx.value_and_grad(loss_fn)(model)
+            loss, grads = fnnx.value_and_grad(loss_fn, graph_updates=graph_updates)(model)
             opt.update(model, grads)
             return loss
 
@@ -105,7 +120,9 @@ def _mlp_case(quick: bool) -> Result:
         return loss
 
     impls["jax"] = jax_impl
-    return compare(SUITE, f"train_step mlp {din}-{dh}-{dout} b{batch}", impls,
+    api = ("today " + ("graph" if graph_updates else "graph_updates=False")) if today \
+        else "0.8.3"
+    return compare(SUITE, f"train_step mlp {din}-{dh}-{dout} b{batch} ({api} API)", impls,
                    rounds=5 if quick else 9)
 
 
@@ -165,4 +182,6 @@ def _construct_case(quick: bool) -> Result:
 
 
 def run(quick: bool) -> list[Result]:
-    return [_mlp_case(quick), _split_merge_case(quick), _construct_case(quick)]
+    return [_mlp_case(quick), _mlp_case(quick, today=True),
+            _mlp_case(quick, today=True, graph_updates=False), _split_merge_case(quick),
+            _construct_case(quick)]
