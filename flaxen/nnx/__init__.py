@@ -30,6 +30,21 @@ from flaxen.nnx.graph import (
 )
 from flaxen.nnx.graph import graphdef as graphdef
 from flaxen.nnx.module import Dict, List, Module, Sequential
+from flaxen.nnx import pytreelib as pytreelib
+from flaxen.nnx.pytreelib import (
+    Data,
+    Object,
+    Pytree,
+    PytreeMeta,
+    check_pytree,
+    data,
+    dataclass,
+    has_data,
+    is_data,
+    register_data_type,
+    static,
+)
+from flaxen.nnx.pytreelib import Static as Static
 from flaxen.nnx.nn.attention import MultiHeadAttention
 from flaxen.nnx.nn.linear import Conv, Einsum, Embed, Linear, LinearGeneral
 from flaxen.nnx.nn.normalization import BatchNorm, GroupNorm, LayerNorm, RMSNorm

@@ -43,8 +43,8 @@ from flaxen.nnx.graph import graphdef as graphdef
 from flaxen.nnx.module import Dict, List, Module, Sequential
 from flaxen.nnx.nn.attention import MultiHeadAttention
 from flaxen.nnx.nn.linear import Conv, Einsum, Embed, Linear, LinearGeneral
-from flaxen.nnx.nn.normalization import BatchNorm, GroupNorm, LayerNorm, RMSNorm
-from flaxen.nnx.nn.stochastic import Dropout
+from flaxen.experimental.nnx._norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm
+from flaxen.experimental.nnx._dropout import Dropout
 from flaxen.experimental.nnx._rngs import Rngs, RngStream
 from flaxen.nnx.rnglib import RngCount, RngKey, RngState, fork
 from flaxen.experimental.nnx._spmd import (
@@ -77,12 +77,8 @@ from flaxen.nnx.visualization import display
 # the pure functions shared with Linen (flaxen.layer_math: no Linen import)
 from flaxen.layer_math import activations as _activations
 from flaxen.layer_math import initializers as initializers
-from flaxen.layer_math.attention import (
-    combine_masks,
-    dot_product_attention,
-    make_attention_mask,
-    make_causal_mask,
-)
+from flaxen.layer_math.attention import combine_masks, make_attention_mask, make_causal_mask
+from flaxen.nnx.nn.attention import dot_product_attention  # sows into NNX modules
 from flaxen.layer_math.pooling import avg_pool, max_pool, min_pool, pool
 
 _ACTIVATIONS = (

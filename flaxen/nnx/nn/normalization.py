@@ -1,8 +1,11 @@
-"""NNX normalization layers: ``BatchNorm`` (running statistics), ``LayerNorm``, ``RMSNorm``,
-``GroupNorm``.
+"""NNX normalization layers (today's Flax 0.12.8 API): ``BatchNorm`` (running statistics),
+``LayerNorm``, ``RMSNorm``, ``GroupNorm``, ``InstanceNorm``; the weight re-parameterising
+wrappers ``WeightNorm`` and ``SpectralNorm`` live in :mod:`flaxen.nnx.nn.reparam`.
 
 The statistics and the normalise step are :mod:`flaxen.layer_math.normalization`, the same
-functions Linen's norm layers run, so an NNX layer and a Linen layer with the same parameters
+functions Linen's norm layers run. Each layer first passes ``(x, [running stats,] scale,
+bias)`` through its ``promote_dtype`` (one tuple, today's NNX form); with
+``promote_dtype=lambda t, **kw: t`` an NNX layer and a Linen layer with the same parameters
 give bit-identical outputs (``mask`` and ``use_fast_variance`` included).
 
 >>> import jax.numpy as jnp
@@ -16,6 +19,7 @@ give bit-identical outputs (``mask`` and ``use_fast_variance`` included).
 from __future__ import annotations
 
 import typing as tp
+from types import MappingProxyType
 
 import jax
 import jax.numpy as jnp
@@ -24,13 +28,20 @@ import numpy as np
 from flaxen.layer_math import initializers
 from flaxen.layer_math.normalization import canonicalize_axes, compute_stats, normalize
 from flaxen.nnx.module import Module
+from flaxen.nnx.nn import dtypes
+from flaxen.nnx.nn._common import _value, data, metadata
 from flaxen.nnx.rnglib import Rngs
 from flaxen.nnx.variables import BatchStat, Param
 from flaxen.typing import Axes, Dtype, Initializer
 
 Array = jax.Array
+PromoteDtypeFn = tp.Callable[..., tp.Any]
+_NO_META: tp.Mapping[str, tp.Any] = MappingProxyType({})
 
-__all__ = ["BatchNorm", "GroupNorm", "LayerNorm", "RMSNorm"]
+__all__ = [
+    "BatchNorm", "GroupNorm", "InstanceNorm", "LayerNorm", "RMSNorm", "SpectralNorm",
+    "WeightNorm",
+]
 
 
 def _check_mask(layer: str, x: Array, mask: Array | None) -> None:
@@ -48,8 +59,26 @@ def _check_mask(layer: str, x: Array, mask: Array | None) -> None:
         )
 
 
-def _value(v: Param | None) -> Array | None:
-    return None if v is None else v.value
+def _scale_bias(
+    layer: str, rngs: Rngs, shape: tuple, param_dtype: Dtype, use_scale: bool,
+    scale_init: Initializer, scale_metadata: tp.Mapping, use_bias: bool = False,
+    bias_init: Initializer | None = None, bias_metadata: tp.Mapping | None = None,
+) -> tuple[tp.Any, tp.Any]:
+    """Creates ``scale`` then ``bias`` (Flax's key order); a missing one is ``None`` data."""
+    scale = data(None)
+    if use_scale:
+        scale = Param(
+            scale_init(rngs.params(), shape, param_dtype),
+            **metadata(layer, "scale", scale_metadata),
+        )
+    bias = data(None)
+    if use_bias:
+        assert bias_init is not None
+        bias = Param(
+            bias_init(rngs.params(), shape, param_dtype),
+            **metadata(layer, "bias", bias_metadata),
+        )
+    return scale, bias
 
 
 class BatchNorm(Module):
@@ -69,7 +98,7 @@ class BatchNorm(Module):
         self,
         num_features: int,
         *,
-        use_running_average: bool = False,
+        use_running_average: bool | None = False,
         axis: int = -1,
         momentum: float = 0.99,
         epsilon: float = 1e-5,
@@ -82,13 +111,18 @@ class BatchNorm(Module):
         axis_name: str | None = None,
         axis_index_groups: tp.Any = None,
         use_fast_variance: bool = True,
+        promote_dtype: PromoteDtypeFn = dtypes.promote_dtype,
         rngs: Rngs,
+        bias_metadata: tp.Mapping[str, tp.Any] = _NO_META,
+        scale_metadata: tp.Mapping[str, tp.Any] = _NO_META,
     ) -> None:
         shape = (num_features,)
         self.mean = BatchStat(jnp.zeros(shape, jnp.float32))
         self.var = BatchStat(jnp.ones(shape, jnp.float32))
-        self.scale = Param(scale_init(rngs.params(), shape, param_dtype)) if use_scale else None
-        self.bias = Param(bias_init(rngs.params(), shape, param_dtype)) if use_bias else None
+        self.scale, self.bias = _scale_bias(
+            "BatchNorm", rngs, shape, param_dtype, use_scale, scale_init, scale_metadata,
+            use_bias, bias_init, bias_metadata,
+        )
         self.num_features = num_features
         self.use_running_average = use_running_average
         self.axis = axis
@@ -98,35 +132,47 @@ class BatchNorm(Module):
         self.param_dtype = param_dtype
         self.use_bias = use_bias
         self.use_scale = use_scale
-        self.bias_init = bias_init
-        self.scale_init = scale_init
         self.axis_name = axis_name
         self.axis_index_groups = axis_index_groups
         self.use_fast_variance = use_fast_variance
+        self.promote_dtype = promote_dtype
 
     def __call__(
         self, x: Array, use_running_average: bool | None = None, *, mask: Array | None = None
     ) -> Array:
         """Normalizes ``x``; ``mask`` (broadcastable to ``x``) limits the statistics."""
         use_ra = self.use_running_average if use_running_average is None else use_running_average
+        if use_ra is None:
+            raise ValueError(
+                "No `use_running_average` argument was provided to BatchNorm: pass it to the "
+                "constructor, to the call (bn(x, use_running_average=True/False)), or set it "
+                "with nnx.view(model, use_running_average=...) / model.eval()."
+            )
         _check_mask("BatchNorm", x, mask)
         feature_axes = canonicalize_axes(x.ndim, self.axis, "BatchNorm", "axis")
         reduction_axes = tuple(i for i in range(x.ndim) if i not in feature_axes)
-        if use_ra:
-            mean, var = self.mean.value, self.var.value
-        else:
+        x, mean, var, scale, bias = self.promote_dtype(
+            (x, self.mean.value, self.var.value, _value(self.scale), _value(self.bias)),
+            dtype=self.dtype,
+        )
+        if not use_ra:
             mean, var = compute_stats(
                 x, reduction_axes, dtype=self.dtype, axis_name=self.axis_name,
                 axis_index_groups=self.axis_index_groups,
                 use_fast_variance=self.use_fast_variance, mask=mask,
             )
             m = self.momentum
-            self.mean.value = m * self.mean.value + (1 - m) * mean
-            self.var.value = m * self.var.value + (1 - m) * var
+            self.mean.value = jax.lax.stop_gradient(m * self.mean.value + (1 - m) * mean)
+            self.var.value = jax.lax.stop_gradient(m * self.var.value + (1 - m) * var)
         return normalize(
             x, mean, var, reduction_axes, feature_axes, self.dtype, self.epsilon,
-            scale=_value(self.scale), bias=_value(self.bias),
+            scale=scale, bias=bias,
         )
+
+    def set_view(self, use_running_average: bool | None = None) -> None:
+        """Hook of ``nnx.view``: sets ``use_running_average`` when given."""
+        if use_running_average is not None:
+            self.use_running_average = use_running_average
 
 
 class LayerNorm(Module):
@@ -155,37 +201,44 @@ class LayerNorm(Module):
         axis_name: str | None = None,
         axis_index_groups: tp.Any = None,
         use_fast_variance: bool = True,
+        promote_dtype: PromoteDtypeFn = dtypes.promote_dtype,
         rngs: Rngs,
+        bias_metadata: tp.Mapping[str, tp.Any] = _NO_META,
+        scale_metadata: tp.Mapping[str, tp.Any] = _NO_META,
     ) -> None:
         shape = (num_features,)
-        self.scale = Param(scale_init(rngs.params(), shape, param_dtype)) if use_scale else None
-        self.bias = Param(bias_init(rngs.params(), shape, param_dtype)) if use_bias else None
+        self.scale, self.bias = _scale_bias(
+            "LayerNorm", rngs, shape, param_dtype, use_scale, scale_init, scale_metadata,
+            use_bias, bias_init, bias_metadata,
+        )
         self.num_features = num_features
         self.epsilon = epsilon
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.use_bias = use_bias
         self.use_scale = use_scale
-        self.bias_init = bias_init
-        self.scale_init = scale_init
         self.reduction_axes = reduction_axes
         self.feature_axes = feature_axes
         self.axis_name = axis_name
         self.axis_index_groups = axis_index_groups
         self.use_fast_variance = use_fast_variance
+        self.promote_dtype = promote_dtype
 
     def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
         """Normalizes ``x``; ``mask`` limits which entries enter the statistics."""
         _check_mask("LayerNorm", x, mask)
         canonicalize_axes(x.ndim, self.reduction_axes, "LayerNorm", "reduction_axes")
         canonicalize_axes(x.ndim, self.feature_axes, "LayerNorm", "feature_axes")
+        x, scale, bias = self.promote_dtype(
+            (x, _value(self.scale), _value(self.bias)), dtype=self.dtype
+        )
         mean, var = compute_stats(
             x, self.reduction_axes, self.dtype, self.axis_name, self.axis_index_groups,
             use_fast_variance=self.use_fast_variance, mask=mask,
         )
         return normalize(
             x, mean, var, self.reduction_axes, self.feature_axes, self.dtype, self.epsilon,
-            scale=_value(self.scale), bias=_value(self.bias),
+            scale=scale, bias=bias,
         )
 
 
@@ -213,33 +266,38 @@ class RMSNorm(Module):
         axis_name: str | None = None,
         axis_index_groups: tp.Any = None,
         use_fast_variance: bool = True,
+        promote_dtype: PromoteDtypeFn = dtypes.promote_dtype,
         rngs: Rngs,
+        scale_metadata: tp.Mapping[str, tp.Any] = _NO_META,
     ) -> None:
         shape = (num_features,)
-        self.scale = Param(scale_init(rngs.params(), shape, param_dtype)) if use_scale else None
+        self.scale, _ = _scale_bias(
+            "RMSNorm", rngs, shape, param_dtype, use_scale, scale_init, scale_metadata
+        )
         self.num_features = num_features
         self.epsilon = epsilon
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.use_scale = use_scale
-        self.scale_init = scale_init
         self.reduction_axes = reduction_axes
         self.feature_axes = feature_axes
         self.axis_name = axis_name
         self.axis_index_groups = axis_index_groups
         self.use_fast_variance = use_fast_variance
+        self.promote_dtype = promote_dtype
 
     def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
         """Normalizes ``x`` by its root mean square; ``mask`` limits the statistics."""
         _check_mask("RMSNorm", x, mask)
         canonicalize_axes(x.ndim, self.reduction_axes, "RMSNorm", "reduction_axes")
+        x, scale = self.promote_dtype((x, _value(self.scale)), dtype=self.dtype)
         mean, var = compute_stats(
             x, self.reduction_axes, self.dtype, self.axis_name, self.axis_index_groups,
             use_mean=False, use_fast_variance=self.use_fast_variance, mask=mask,
         )
         return normalize(
             x, mean, var, self.reduction_axes, self.feature_axes, self.dtype, self.epsilon,
-            scale=_value(self.scale),
+            scale=scale,
         )
 
 
@@ -273,7 +331,10 @@ class GroupNorm(Module):
         axis_name: str | None = None,
         axis_index_groups: tp.Any = None,
         use_fast_variance: bool = True,
+        promote_dtype: PromoteDtypeFn = dtypes.promote_dtype,
         rngs: Rngs,
+        bias_metadata: tp.Mapping[str, tp.Any] = _NO_META,
+        scale_metadata: tp.Mapping[str, tp.Any] = _NO_META,
     ) -> None:
         if (num_groups is None) == (group_size is None):
             raise ValueError(
@@ -294,8 +355,10 @@ class GroupNorm(Module):
                 f"({num_features}). Choose num_groups among the divisors of {num_features}."
             )
         shape = (num_features,)
-        self.scale = Param(scale_init(rngs.params(), shape, param_dtype)) if use_scale else None
-        self.bias = Param(bias_init(rngs.params(), shape, param_dtype)) if use_bias else None
+        self.scale, self.bias = _scale_bias(
+            "GroupNorm", rngs, shape, param_dtype, use_scale, scale_init, scale_metadata,
+            use_bias, bias_init, bias_metadata,
+        )
         self.num_features = num_features
         self.num_groups = num_groups
         self.group_size = num_features // num_groups
@@ -304,12 +367,11 @@ class GroupNorm(Module):
         self.param_dtype = param_dtype
         self.use_bias = use_bias
         self.use_scale = use_scale
-        self.bias_init = bias_init
-        self.scale_init = scale_init
         self.reduction_axes = reduction_axes
         self.axis_name = axis_name
         self.axis_index_groups = axis_index_groups
         self.use_fast_variance = use_fast_variance
+        self.promote_dtype = promote_dtype
 
     def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
         """Normalizes ``x`` of shape ``(batch, ..., num_features)``."""
@@ -326,6 +388,9 @@ class GroupNorm(Module):
                 f"inputs of shape {x.shape}; add -1."
             )
         other_axes = tuple(ax for ax in reduction_axes if ax != x.ndim - 1)
+        x, scale, bias = self.promote_dtype(
+            (x, _value(self.scale), _value(self.bias)), dtype=self.dtype
+        )
         groups, size = self.num_groups, self.group_size
         group_shape = x.shape[:-1] + (groups, size)
         if mask is not None:
@@ -341,5 +406,82 @@ class GroupNorm(Module):
 
         return normalize(
             x, per_channel(mean), per_channel(var), other_axes, -1, self.dtype, self.epsilon,
-            scale=_value(self.scale), bias=_value(self.bias),
+            scale=scale, bias=bias,
         )
+
+
+class InstanceNorm(Module):
+    """Normalizes each example and each feature over the remaining (spatial) axes.
+
+    The first axis is the batch; ``feature_axes`` (default -1) keep their own statistics
+    and carry the learned ``scale``/``bias`` of shape ``(num_features,)``.
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> norm = nnx.InstanceNorm(3, rngs=nnx.Rngs(0))
+    >>> norm(jnp.ones((2, 5, 3))).shape
+    (2, 5, 3)
+    """
+
+    def __init__(
+        self,
+        num_features: int,
+        *,
+        epsilon: float = 1e-6,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        use_bias: bool = True,
+        use_scale: bool = True,
+        bias_init: Initializer = initializers.zeros,
+        scale_init: Initializer = initializers.ones,
+        feature_axes: Axes = -1,
+        axis_name: str | None = None,
+        axis_index_groups: tp.Any = None,
+        use_fast_variance: bool = True,
+        promote_dtype: PromoteDtypeFn = dtypes.promote_dtype,
+        rngs: Rngs,
+        bias_metadata: tp.Mapping[str, tp.Any] = _NO_META,
+        scale_metadata: tp.Mapping[str, tp.Any] = _NO_META,
+    ) -> None:
+        shape = (num_features,)
+        self.scale, self.bias = _scale_bias(
+            "InstanceNorm", rngs, shape, param_dtype, use_scale, scale_init, scale_metadata,
+            use_bias, bias_init, bias_metadata,
+        )
+        self.num_features = num_features
+        self.epsilon = epsilon
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.use_bias = use_bias
+        self.use_scale = use_scale
+        self.feature_axes = feature_axes
+        self.axis_name = axis_name
+        self.axis_index_groups = axis_index_groups
+        self.use_fast_variance = use_fast_variance
+        self.promote_dtype = promote_dtype
+
+    def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
+        """Normalizes ``x`` of shape ``(batch, ..., features)``."""
+        _check_mask("InstanceNorm", x, mask)
+        feature_axes = canonicalize_axes(x.ndim, self.feature_axes, "InstanceNorm", "feature_axes")
+        if 0 in feature_axes:
+            raise ValueError(
+                "The channel axes cannot include the leading dimension as this is assumed to "
+                f"be the batch axis. InstanceNorm got feature_axes={self.feature_axes} for "
+                f"inputs of shape {x.shape}; pick feature axes among 1..{x.ndim - 1}."
+            )
+        reduction_axes = tuple(i for i in range(1, x.ndim) if i not in feature_axes)
+        x, scale, bias = self.promote_dtype(
+            (x, _value(self.scale), _value(self.bias)), dtype=self.dtype
+        )
+        mean, var = compute_stats(
+            x, reduction_axes, self.dtype, self.axis_name, self.axis_index_groups,
+            use_fast_variance=self.use_fast_variance, mask=mask,
+        )
+        return normalize(
+            x, mean, var, reduction_axes, feature_axes, self.dtype, self.epsilon,
+            scale=scale, bias=bias,
+        )
+
+
+from flaxen.nnx.nn.reparam import SpectralNorm, WeightNorm  # noqa: E402  (re-export)

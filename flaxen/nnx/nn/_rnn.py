@@ -1,0 +1,280 @@
+"""``nnx.RNN`` (a cell scanned over a time axis) and ``nnx.Bidirectional``.
+
+The scan splits the cell into a graph definition and its state, runs ``jax.lax.scan`` with
+that state in the carry (so counters and statistics the cell updates flow from step to
+step), merges a fresh cell inside each step, and writes the final state back into the
+cell. Streams picked by ``broadcast_rngs`` (a stream name, a list of names, or an NNX
+filter on the stream's key) advance once per call and are reset every step, so every step
+draws the same key.
+
+>>> import jax.numpy as jnp
+>>> from flaxen import nnx
+>>> cell = nnx.GRUCell(3, 4, rngs=nnx.Rngs(0))
+>>> carry, y = nnx.RNN(cell, return_carry=True)(jnp.ones((2, 5, 3)))
+>>> carry.shape, y.shape
+((2, 4), (2, 5, 4))
+"""
+
+from __future__ import annotations
+
+import logging
+import typing as tp
+
+import jax
+import jax.numpy as jnp
+
+from flaxen.nnx import filterlib
+from flaxen.nnx import graph as graphlib
+from flaxen.nnx.module import Module
+from flaxen.nnx.nn._common import data
+from flaxen.nnx.rnglib import Rngs, RngStream
+
+Array = jax.Array
+Carry = tp.Any
+
+__all__ = ["RNN", "Bidirectional", "flip_sequences"]
+
+
+def flip_sequences(
+    inputs: Array, seq_lengths: Array | None, num_batch_dims: int, time_major: bool
+) -> Array:
+    """Reverses each sequence along the time axis; with ``seq_lengths`` only its first
+    ``length`` steps are reversed (the padding stays at the end)."""
+    time_axis = 0 if time_major else num_batch_dims
+    steps = inputs.shape[time_axis]
+    if seq_lengths is None:
+        return jnp.flip(inputs, axis=time_axis)
+    lengths = jnp.expand_dims(seq_lengths, axis=time_axis)
+    idx = jnp.arange(steps - 1, -1, -1)
+    idx_shape = [steps] + [1] * num_batch_dims if time_major else [1] * num_batch_dims + [steps]
+    idx = (jnp.reshape(idx, idx_shape) + lengths) % steps
+    idx = jnp.reshape(idx, idx.shape + (1,) * (inputs.ndim - idx.ndim))
+    return jnp.take_along_axis(inputs, idx, axis=time_axis)
+
+
+def _matches(broadcast_rngs: filterlib.Filter, path: tuple, stream: RngStream) -> bool:
+    if broadcast_rngs is None:
+        return False
+    if isinstance(broadcast_rngs, str):
+        return stream.tag == broadcast_rngs
+    if isinstance(broadcast_rngs, (list, tuple)) and all(
+        isinstance(f, str) for f in broadcast_rngs
+    ):
+        return stream.tag in broadcast_rngs
+    pred = filterlib.to_predicate(broadcast_rngs)
+    return bool(pred((*path, "key"), stream.key))
+
+
+def _streams(node: tp.Any) -> dict[tuple, RngStream]:
+    return {p: v for p, v in graphlib.iter_graph(node) if isinstance(v, RngStream)}
+
+
+def _select_last(carries: tp.Any, seq_lengths: Array) -> tp.Any:
+    last = seq_lengths - 1
+    return jax.tree_util.tree_map(lambda x: x[last, jnp.arange(x.shape[1])], carries)
+
+
+def _scan_cell(cell: tp.Any, carry: Carry, xs: Array, *, unroll: int,
+               broadcast_rngs: filterlib.Filter, keep_carries: bool) -> tuple[Carry, tp.Any]:
+    """Scans ``cell`` over axis 0 of ``xs``; returns ``(final carry, stacked outputs)``."""
+    bcast = [p for p, s in _streams(cell).items() if _matches(broadcast_rngs, p, s)]
+    saved = []
+    for p in bcast:
+        s = _streams(cell)[p]
+        key = s()  # the stream advances once per call
+        saved.append((s, s.key.value, s.count.value))
+        s.key.value = key
+        s.count.value = jnp.zeros_like(s.count.value)
+    zero_counts = [s.count.value for s, _, _ in saved]
+    graphdef, state = graphlib.split(cell)
+
+    def step(c: tuple, x: Array) -> tuple:
+        st, h = c
+        m = graphlib.merge(graphdef, st)
+        h, y = m(h, x)
+        if bcast:
+            streams = _streams(m)
+            for p, zero in zip(bcast, zero_counts):
+                streams[p].count.value = zero
+        _, st = graphlib.split(m)
+        return (st, h), ((h, y) if keep_carries else y)
+
+    try:
+        (state, carry), out = jax.lax.scan(step, (state, carry), xs, unroll=unroll)
+        graphlib.update(cell, state)
+    finally:
+        for s, key, count in saved:
+            s.key.value = key
+            s.count.value = count
+    return carry, out
+
+
+class RNN(Module):
+    """Runs ``cell`` over the time axis of ``inputs`` (axis ``-(num_feature_axes + 1)``, or
+    0 when ``time_major``); returns the outputs (``(carry, outputs)`` with
+    ``return_carry``). ``reverse`` runs backwards (``keep_order`` flips the outputs back);
+    ``seq_lengths`` marks padded sequences. Without ``initial_carry`` the cell's
+    ``initialize_carry`` draws from ``rngs`` (default: an own ``carry`` stream).
+    """
+
+    def __init__(
+        self,
+        cell: Module,
+        *,
+        time_major: bool = False,
+        return_carry: bool = False,
+        reverse: bool = False,
+        keep_order: bool = False,
+        unroll: int = 1,
+        state_axes: tp.Mapping[str, tp.Any] | None = None,
+        broadcast_rngs: filterlib.Filter = None,
+        rngs: Rngs | RngStream | bool = True,
+    ) -> None:
+        self.cell = cell
+        self.time_major = time_major
+        self.return_carry = return_carry
+        self.reverse = reverse
+        self.keep_order = keep_order
+        self.unroll = unroll
+        if state_axes is not None:
+            raise NotImplementedError(
+                "nnx.RNN(state_axes=...) is not supported by flaxen: the whole cell state is "
+                "carried through the scan; use broadcast_rngs for streams that must not "
+                "advance per step."
+            )
+        self.state_axes = state_axes
+        self.broadcast_rngs = broadcast_rngs
+        if rngs is True:
+            self.rngs = RngStream(0, tag="carry")
+        elif rngs is False:
+            self.rngs = data(None)
+        elif isinstance(rngs, Rngs):
+            self.rngs = RngStream.fork(rngs.carry)
+        elif isinstance(rngs, RngStream):
+            self.rngs = rngs
+        else:
+            raise TypeError(
+                f"RNN: rngs must be an nnx.Rngs, an nnx.RngStream or a bool, got "
+                f"{type(rngs).__name__}."
+            )
+
+    def __call__(
+        self,
+        inputs: Array,
+        *,
+        initial_carry: Carry | None = None,
+        seq_lengths: Array | None = None,
+        return_carry: bool | None = None,
+        time_major: bool | None = None,
+        reverse: bool | None = None,
+        keep_order: bool | None = None,
+        rngs: Rngs | RngStream | None = None,
+    ) -> tp.Any:
+        return_carry = self.return_carry if return_carry is None else return_carry
+        time_major = self.time_major if time_major is None else time_major
+        reverse = self.reverse if reverse is None else reverse
+        keep_order = self.keep_order if keep_order is None else keep_order
+        n_feat = self.cell.num_feature_axes
+        time_axis = 0 if time_major else inputs.ndim - (n_feat + 1)
+        if time_axis < 0:
+            raise ValueError(
+                f"RNN: inputs of shape {inputs.shape} have no time axis: expected "
+                f"[batch..., time, features] with {n_feat} feature axes."
+            )
+        batch_dims = inputs.shape[1:-n_feat] if time_major else inputs.shape[:time_axis]
+        if reverse:
+            inputs = flip_sequences(inputs, seq_lengths, len(batch_dims), time_major)
+        if initial_carry is None:
+            rngs = self.rngs if rngs is None else rngs
+            if isinstance(rngs, Rngs):
+                rngs = RngStream.fork(rngs.carry)
+            carry_shape = inputs.shape[:time_axis] + inputs.shape[time_axis + 1:]
+            initial_carry = self.cell.initialize_carry(carry_shape, rngs)
+        keep_carries = seq_lengths is not None and return_carry
+        xs = jnp.moveaxis(inputs, time_axis, 0)
+        carry, out = _scan_cell(
+            self.cell, initial_carry, xs, unroll=self.unroll,
+            broadcast_rngs=self.broadcast_rngs, keep_carries=keep_carries,
+        )
+        if keep_carries:
+            carries, out = out
+            carry = _select_last(carries, seq_lengths)
+        outputs = jax.tree_util.tree_map(lambda y: jnp.moveaxis(y, 0, time_axis), out)
+        if reverse and keep_order:
+            outputs = jax.tree_util.tree_map(
+                lambda y: flip_sequences(y, seq_lengths, len(batch_dims), time_major), outputs
+            )
+        return (carry, outputs) if return_carry else outputs
+
+
+def _concatenate(a: Array, b: Array) -> Array:
+    return jnp.concatenate([a, b], axis=-1)
+
+
+class Bidirectional(Module):
+    """Runs ``forward_rnn`` and ``backward_rnn`` (reversed, outputs kept in order) and merges
+    their outputs with ``merge_fn`` (default: concatenate features)."""
+
+    def __init__(
+        self,
+        forward_rnn: tp.Any,
+        backward_rnn: tp.Any,
+        *,
+        merge_fn: tp.Callable[[Array, Array], Array] = _concatenate,
+        time_major: bool = False,
+        return_carry: bool = False,
+        rngs: Rngs | RngStream | bool = True,
+    ) -> None:
+        self.forward_rnn = forward_rnn
+        self.backward_rnn = backward_rnn
+        self.merge_fn = merge_fn
+        self.time_major = time_major
+        self.return_carry = return_carry
+        if rngs is True:
+            self.rngs = RngStream(0, tag="carry")
+        elif rngs is False:
+            self.rngs = data(None)
+        elif isinstance(rngs, Rngs):
+            self.rngs = RngStream.fork(rngs.carry)
+        elif isinstance(rngs, RngStream):
+            self.rngs = rngs
+        else:
+            raise TypeError(
+                f"Bidirectional: rngs must be an nnx.Rngs, an nnx.RngStream or a bool, got "
+                f"{type(rngs).__name__}."
+            )
+
+    def __call__(
+        self,
+        inputs: Array,
+        *,
+        initial_carry: tuple[Carry, Carry] | None = None,
+        rngs: Rngs | RngStream | None = None,
+        seq_lengths: Array | None = None,
+        return_carry: bool | None = None,
+        time_major: bool | None = None,
+        reverse: bool | None = None,
+        keep_order: bool | None = None,
+    ) -> tp.Any:
+        del reverse, keep_order  # the directions are fixed
+        time_major = self.time_major if time_major is None else time_major
+        return_carry = self.return_carry if return_carry is None else return_carry
+        rngs = self.rngs if rngs is None else rngs
+        if isinstance(rngs, Rngs):
+            rngs = rngs.carry
+        fwd0, bwd0 = initial_carry if initial_carry is not None else (None, None)
+        if self.forward_rnn is self.backward_rnn:
+            logging.getLogger(__name__).warning(
+                "Bidirectional: forward_rnn and backward_rnn are the same object, so they "
+                "share parameters."
+            )
+        carry_f, out_f = self.forward_rnn(
+            inputs, initial_carry=fwd0, rngs=rngs, seq_lengths=seq_lengths,
+            return_carry=True, time_major=time_major, reverse=False,
+        )
+        carry_b, out_b = self.backward_rnn(
+            inputs, initial_carry=bwd0, rngs=rngs, seq_lengths=seq_lengths,
+            return_carry=True, time_major=time_major, reverse=True, keep_order=True,
+        )
+        outputs = jax.tree_util.tree_map(self.merge_fn, out_f, out_b)
+        return ((carry_f, carry_b), outputs) if return_carry else outputs

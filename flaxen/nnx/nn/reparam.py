@@ -1,0 +1,238 @@
+"""``nnx.WeightNorm`` and ``nnx.SpectralNorm``: wrappers that re-parameterise the weights of
+another layer (``layer_instance``) on every call.
+
+Both look at the wrapped layer's ``Param``s (by path, as ``nnx.iter_graph`` gives them),
+compute the re-parameterised value, and run the layer with it. Unlike Flax, which writes the
+normalised value into the wrapped layer's Param and leaves it there, flaxen swaps it in for
+the call only and puts the raw weight back: the layer keeps its learnable raw weights (as in
+Linen), a second call does not re-normalise an already normalised weight, and gradients flow
+through the normalisation to the raw weights. The numbers match Linen's ``WeightNorm`` /
+``SpectralNorm`` (same ``_l2_normalize``, power iteration and dtype rule).
+
+>>> import jax.numpy as jnp
+>>> from flaxen import nnx
+>>> layer = nnx.WeightNorm(nnx.Linear(4, 3, rngs=nnx.Rngs(0)), rngs=nnx.Rngs(1))
+>>> layer(jnp.ones((2, 4))).shape, layer.scales[('kernel',)].shape
+((2, 3), (3,))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import typing as tp
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from flaxen.layer_math import initializers
+from flaxen.layer_math.dtypes import canonicalize_dtype
+from flaxen.layer_math.normalization import canonicalize_axes
+from flaxen.nnx import filterlib
+from flaxen.nnx.module import Module
+from flaxen.nnx.nn._common import data
+from flaxen.nnx.rnglib import Rngs
+from flaxen.nnx.variables import BatchStat, Param
+from flaxen.typing import Axes, Dtype, Initializer
+
+Array = jax.Array
+
+__all__ = ["SpectralNorm", "WeightNorm"]
+
+
+def _l2_normalize(x: Array, axis: tp.Any = None, eps: float = 1e-12) -> Array:
+    return x * lax.rsqrt((x * x).sum(axis=axis, keepdims=True) + eps)
+
+
+def _params(layer: tp.Any) -> list[tuple[tuple, Param]]:
+    from flaxen.nnx.graph import iter_graph  # the graph walk (engine level)
+
+    return [(path, v) for path, v in iter_graph(layer) if isinstance(v, Param)]
+
+
+@contextlib.contextmanager
+def _swapped(new_values: list[tuple[Param, Array]]) -> tp.Iterator[None]:
+    """Gives each Param its new value for the ``with`` block, then restores the old one."""
+    old = [(p, p.value) for p, _ in new_values]
+    try:
+        for p, value in new_values:
+            p.value = value
+        yield
+    finally:
+        for p, value in old:
+            p.value = value
+
+
+class WeightNorm(Module):
+    """Runs ``layer_instance`` with selected weights rewritten as ``scale * w / ||w||``.
+
+    The norm is over every axis except ``feature_axes`` (``None``: all axes, scalar scale).
+    ``variable_filter`` (an NNX filter, default ``PathContains('kernel')``) picks the
+    weights; their learned scales are ``scales[path]`` (Params, initialised by
+    ``scale_init`` in float32, as Flax does).
+    """
+
+    def __init__(
+        self,
+        layer_instance: Module,
+        *,
+        feature_axes: Axes | None = -1,
+        use_scale: bool = True,
+        scale_init: Initializer = initializers.ones,
+        epsilon: float = 1e-12,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        variable_filter: filterlib.Filter = filterlib.PathContains("kernel"),  # noqa: B008
+        promote_dtype: tp.Callable[..., tp.Any] | None = None,
+        rngs: Rngs,
+    ) -> None:
+        self.layer_instance = layer_instance
+        self.feature_axes = () if feature_axes is None else feature_axes
+        self.use_scale = use_scale
+        self.epsilon = epsilon
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.variable_filter = filterlib.to_predicate(variable_filter)
+        self.promote_dtype = promote_dtype
+        scales: dict = {}
+        if use_scale:
+            for path, param in _params(layer_instance):
+                if self.variable_filter(path, param):
+                    axes = canonicalize_axes(param.value.ndim, self.feature_axes)
+                    shape = tuple(param.value.shape[ax] for ax in axes)
+                    scales[path] = Param(scale_init(rngs.params(), shape))
+        self.scales = data(scales)
+
+    def _normalized(self, path: tuple, param: Param) -> Array:
+        value = param.value
+        axes = canonicalize_axes(value.ndim, self.feature_axes)
+        reduction = tuple(i for i in range(value.ndim) if i not in axes)
+        value_bar = _l2_normalize(value, axis=reduction, eps=self.epsilon)
+        args = [value]
+        if self.use_scale:
+            if path not in self.scales:
+                raise RuntimeError(
+                    f"WeightNorm: no scale for the weight at {path}: the wrapped layer's "
+                    "parameters changed after WeightNorm was built. Build a new WeightNorm "
+                    "around the layer."
+                )
+            scale = self.scales[path].value
+            broadcast = [1] * value.ndim
+            for ax in axes:
+                broadcast[ax] = value.shape[ax]
+            scale = jnp.reshape(scale, broadcast)
+            value_bar = value_bar * scale
+            args.append(scale)
+        return jnp.asarray(value_bar, canonicalize_dtype(*args, dtype=self.dtype))
+
+    def __call__(self, x: Array, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        """Calls the wrapped layer with weight-normalised weights."""
+        new = [
+            (param, self._normalized(path, param))
+            for path, param in _params(self.layer_instance)
+            if self.variable_filter(path, param)
+        ]
+        with _swapped(new):
+            return self.layer_instance(x, *args, **kwargs)
+
+
+class SpectralNorm(Module):
+    """Runs ``layer_instance`` with each weight matrix divided by its largest singular value.
+
+    The singular value is estimated by ``n_steps`` of power iteration from a vector kept in
+    ``batch_stats[path + ('u',)]`` (and the estimate in ``path + ('sigma',)``); with
+    ``update_stats`` (default: the constructor's) both are refined and stored. Weights with
+    more than two axes are flattened to ``(-1, last_axis)`` unless ``error_on_non_matrix``.
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> sn = nnx.SpectralNorm(nnx.Linear(4, 3, rngs=nnx.Rngs(0)), rngs=nnx.Rngs(1))
+    >>> sn(jnp.ones((2, 4))).shape, sorted(sn.batch_stats)
+    ((2, 3), [('kernel', 'sigma'), ('kernel', 'u')])
+    """
+
+    def __init__(
+        self,
+        layer_instance: Module,
+        *,
+        n_steps: int = 1,
+        epsilon: float = 1e-12,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        error_on_non_matrix: bool = False,
+        update_stats: bool = True,
+        rngs: Rngs,
+    ) -> None:
+        self.layer_instance = layer_instance
+        self.n_steps = n_steps
+        self.epsilon = epsilon
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.error_on_non_matrix = error_on_non_matrix
+        self.use_running_average = not update_stats
+        stats: dict = {}
+        for path, param in _params(layer_instance):
+            matrix = self._as_matrix(path, param.value)
+            if matrix is None:
+                continue
+            key = rngs.params()
+            stats[path + ("u",)] = BatchStat(
+                initializers.normal()(key, (1, matrix.shape[-1]), param_dtype)
+            )
+            stats[path + ("sigma",)] = BatchStat(jnp.ones((), param_dtype))
+        self.batch_stats = data(stats)
+
+    def _as_matrix(self, path: tuple, value: Array) -> Array | None:
+        if value.ndim <= 1 or self.n_steps < 1:
+            return None
+        if value.ndim > 2:
+            if self.error_on_non_matrix:
+                raise ValueError(
+                    f"SpectralNorm: layer_instance parameter {path} is {value.ndim}D but "
+                    "error_on_non_matrix is True; set error_on_non_matrix=False to flatten "
+                    "it to (-1, last_axis)."
+                )
+            value = jnp.reshape(value, (-1, value.shape[-1]))
+        return value
+
+    def _normalized(self, path: tuple, value: Array, update_stats: bool) -> Array:
+        shape = value.shape
+        matrix = self._as_matrix(path, value)
+        assert matrix is not None
+        for name in ("u", "sigma"):
+            if path + (name,) not in self.batch_stats:
+                raise RuntimeError(
+                    f"SpectralNorm: no {name!r} batch stat for the weight at {path}: the "
+                    "wrapped layer's parameters changed after SpectralNorm was built. Build "
+                    "a new SpectralNorm around the layer."
+                )
+        u = self.batch_stats[path + ("u",)].value
+        v = u
+        for _ in range(self.n_steps):
+            v = _l2_normalize(jnp.matmul(u, matrix.T), eps=self.epsilon)
+            u = _l2_normalize(jnp.matmul(v, matrix), eps=self.epsilon)
+        u = lax.stop_gradient(u)
+        v = lax.stop_gradient(v)
+        sigma = jnp.matmul(jnp.matmul(v, matrix), u.T)[0, 0]
+        matrix = matrix / jnp.where(sigma != 0, sigma, 1)
+        if update_stats:
+            self.batch_stats[path + ("u",)].value = u
+            self.batch_stats[path + ("sigma",)].value = sigma
+        dtype = canonicalize_dtype(matrix, u, v, sigma, dtype=self.dtype)
+        return jnp.asarray(jnp.reshape(matrix, shape), dtype)
+
+    def __call__(self, x: Array, update_stats: bool | None = None) -> tp.Any:
+        """Calls the wrapped layer with spectrally normalised weights."""
+        if update_stats is None:
+            update_stats = not self.use_running_average
+        new = []
+        for path, param in _params(self.layer_instance):
+            if self._as_matrix(path, param.value) is not None:
+                new.append((param, self._normalized(path, param.value, update_stats)))
+        with _swapped(new):
+            return self.layer_instance(x)
+
+    def set_view(self, update_stats: bool | None = None) -> None:
+        """Hook of ``nnx.view``: sets whether calls refine the stored statistics."""
+        if update_stats is not None:
+            self.use_running_average = not update_stats
