@@ -209,6 +209,8 @@ def make_merge_fn(defs: tuple) -> tp.Callable[[State], tp.Any] | None:
                 return "None"
             o = f"o{d.index}"
             ln.append(f"{o} = _new({src.const(d.type)}); _set_node_trace({o}, tr)")
+            if d.metadata is not None:
+                ln.append(f"_set_status({o}, {src.const(d.metadata)})")
             str_keys = d.type._graph_int_keys
             items = [f"{src.const(str(k) if str_keys else k)}: {build(s)}"
                      for k, s in d.attributes]
@@ -225,4 +227,7 @@ def make_merge_fn(defs: tuple) -> tp.Callable[[State], tp.Any] | None:
     ln.append(f"return {root}")
     env = dict(_COMMON_ENV)
     env["_set_node_trace"] = GraphNode._nnx_trace.__set__  # type: ignore[attr-defined]
+    from flaxen.nnx.pytreelib import Pytree
+
+    env["_set_status"] = Pytree._pytree__status.__set__  # type: ignore[attr-defined]
     return src.compile("merge_state", "s", env)

@@ -173,7 +173,8 @@ def flatten(roots: tp.Sequence[tp.Any], root_paths: tp.Sequence[tuple] | None = 
                 attrs = tuple((int(k), visit(d[k], (*path, int(k)))) for k in sorted(d, key=int))
             else:
                 attrs = tuple((k, visit(d[k], (*path, k))) for k in _sort_keys(d))
-            return NodeDef(tx, i, attrs, None)
+            # a Pytree's data/static status travels with its definition
+            return NodeDef(tx, i, attrs, getattr(x, "_pytree__status", None))
         if isinstance(x, _ARRAYS):
             arrays[0] = True
             leaves.append(x)
@@ -303,6 +304,8 @@ def unflatten(defs: tuple, leaves: tp.Sequence[tp.Any],
         obj = reuse.get(d.index) if reuse else None
         if obj is not None and type(obj) is d.type:
             built[d.index] = obj
+            if d.metadata is not None:
+                object.__setattr__(obj, "_pytree__status", d.metadata)
             new_attrs = {str(k) if str_keys else k: build(s) for k, s in d.attributes}
             od = obj.__dict__
             for k in [k for k in od if k not in new_attrs]:
@@ -312,6 +315,8 @@ def unflatten(defs: tuple, leaves: tp.Sequence[tp.Any],
                     od[k] = v
             return obj
         obj = new_node(d.type)
+        if d.metadata is not None:
+            object.__setattr__(obj, "_pytree__status", d.metadata)
         built[d.index] = obj
         od = obj.__dict__
         for k, s in d.attributes:

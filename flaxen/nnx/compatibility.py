@@ -200,7 +200,7 @@ def _assign(vars_tree: dict, tree: Mapping) -> None:
             vars_tree[k].value = _unbox(v)[0]
 
 
-class LinenWrapper(Module):
+class LinenWrapper(Module, pytree=False):
     """An NNX module around a Linen ``module``: ``LinenWrapper(module, *sample_args,
     rngs=nnx.Rngs(0), **sample_kwargs)`` runs ``module.init`` right away.
 

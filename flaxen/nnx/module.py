@@ -30,6 +30,7 @@ from flaxen.errors import SetAttributesNotFoundError, SowTypeError
 from flaxen.nnx import _trace, filterlib
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx.graph import iter_graph, merge, split
+from flaxen.nnx.pytreelib import Pytree, _is_tag, has_data, is_data
 from flaxen.nnx.variables import Intermediate, Variable
 
 M = tp.TypeVar("M", bound="Module")
@@ -45,61 +46,94 @@ def _empty_tuple() -> tuple:
     return ()
 
 
-class Module(GraphNode):
+class Module(Pytree):
     """Base class of NNX layers and models (see the module docstring).
 
-    ``class M(nnx.Module, experimental_pytree=True)`` also registers ``M`` as a JAX pytree
-    (its State leaves are the children, its GraphDef the static part), so ``jax.tree_util``
-    and ``jax.jit`` accept it directly.
+    A Module is an :class:`~flaxen.nnx.Pytree`: arrays, Variables and submodules are its data
+    (pytree children), everything else static. ``class M(nnx.Module, pytree=False)`` keeps
+    it out of ``jax.tree_util``.
     """
-
-    def __init_subclass__(cls, experimental_pytree: bool = False, **kwargs: tp.Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if experimental_pytree:
-            jax.tree_util.register_pytree_with_keys(
-                cls, _module_flatten_with_keys, _module_unflatten, flatten_func=_module_flatten)
-
-    def __post_init__(self) -> None:
-        # a dataclass Module runs ``setup`` (when it defines one) after its generated __init__
-        setup = getattr(self, "setup", None)
-        if callable(setup):
-            setup()
-
-    def split(self, *filters: filterlib.Filter) -> tuple:
-        """``nnx.split(self, *filters)`` (the spec's method form)."""
-        return split(self, *filters)
 
     def sow(
         self,
-        variable_type: type[Variable],
+        variable_type: type[Variable] | str,
         name: str,
         value: tp.Any,
         reduce_fn: tp.Callable[[tp.Any, tp.Any], tp.Any] = _append,
         init_fn: tp.Callable[[], tp.Any] = _empty_tuple,
-    ) -> None:
-        """Records ``value`` in a ``variable_type`` attribute ``name`` (a tuple by default)."""
+    ) -> bool:
+        """Records ``value`` in a ``variable_type`` attribute ``name`` (a tuple by default).
+
+        Inside :func:`flaxen.nnx.capture` the value goes to the capture instead.
+        """
+        variable_type = _variable_type(variable_type)
+        captures = self.__dict__.get("__captures__")
+        if captures is not None:
+            for store in captures:
+                if type(store) is variable_type:
+                    store[name] = reduce_fn(store[name] if name in store else init_fn(), value)
+                    return True
+            return False
         if name in self.__dict__:
             var = self.__dict__[name]
             if not isinstance(var, Variable):
                 raise SowTypeError(
                     f"/{name}", f"sow: expected {name!r} of {type(self).__name__} to be a "
                     f"Variable, got a {type(var).__name__}")
-            if not isinstance(var, variable_type):
+            if type(var) is not variable_type:
                 raise SowTypeError(
                     f"/{name}", f"sow: expected {name!r} of {type(self).__name__} to be of type "
                     f"{variable_type.__name__}, got a {type(var).__name__}")
             var.value = reduce_fn(var.value, value)
         else:
             setattr(self, name, variable_type(reduce_fn(init_fn(), value)))
+        return True
+
+    def perturb(self, name: str, value: tp.Any,
+                variable_type: type[Variable] | str | None = None) -> tp.Any:
+        """``value`` plus the perturbation stored under ``name`` (zeros the first time); its
+        gradient is the gradient with respect to this intermediate value."""
+        import jax.numpy as jnp
+
+        if variable_type is None:
+            from flaxen.nnx import variables as _v
+
+            variable_type = getattr(_v, "Perturbation", Intermediate)
+        variable_type = _variable_type(variable_type)
+        captures = self.__dict__.get("__captures__")
+        if captures is not None:
+            for store in captures:
+                if type(store) is variable_type:
+                    if name not in store:
+                        store[name] = jax.tree.map(jnp.zeros_like, value)
+                    return store[name] + value
+            return value
+        if name in self.__dict__:
+            var = self.__dict__[name]
+            if not isinstance(var, variable_type):
+                raise SowTypeError(
+                    f"/{name}", f"perturb: expected {name!r} of {type(self).__name__} to be "
+                    f"of type {variable_type.__name__}, got a {type(var).__name__}")
+            old = var.value
+        else:
+            old = jax.tree.map(jnp.zeros_like, value)
+            setattr(self, name, variable_type(old))
+        return old + value
 
     def iter_modules(self) -> tp.Iterator[tuple[tuple, Module]]:
-        """``(path, module)`` for every Module reachable from this one (itself first)."""
+        """``(path, module)`` for every Module reachable from this one."""
         for path, obj in iter_graph(self):
             if isinstance(obj, Module):
                 yield path, obj
 
+    def iter_children(self) -> tp.Iterator[tuple[tp.Any, Module]]:
+        """``(name, module)`` for the direct submodules."""
+        for name, value in sorted(self.__dict__.items()):
+            if isinstance(value, Module):
+                yield name, value
+
     def set_attributes(self, *filters: filterlib.Filter, raise_if_not_found: bool = True,
-                       **attributes: tp.Any) -> None:
+                       graph: bool | None = None, **attributes: tp.Any) -> None:
         """Sets ``attributes`` on every submodule (matching ``filters``) that has them."""
         preds = [filterlib.to_predicate(f) for f in filters]
         remaining = set(attributes)
@@ -107,13 +141,13 @@ class Module(GraphNode):
             if preds and not any(p(path, module) for p in preds):
                 continue
             for name, value in attributes.items():
-                if name in module.__dict__:
+                if hasattr(module, name):
                     setattr(module, name, value)
                     remaining.discard(name)
         if remaining and raise_if_not_found:
             raise SetAttributesNotFoundError(
                 "", f"set_attributes on {type(self).__name__}: Could not find at least one "
-                f"instance of the following attributes: {remaining}")
+                f"instance of the following attributes: {sorted(remaining)}")
 
     def train(self, **attributes: tp.Any) -> None:
         """Training mode: ``deterministic=False``, ``use_running_average=False`` where present."""
@@ -137,6 +171,63 @@ class Module(GraphNode):
         from flaxen.nnx.visualization import module_repr
 
         return module_repr(self)
+
+
+def _variable_type(t: tp.Any) -> type:
+    if isinstance(t, str):
+        from flaxen.nnx import variables as _v
+
+        by_name = getattr(_v, "variable_type_from_name", None)
+        if by_name is not None:
+            return by_name(t, allow_register=True)
+        raise SowTypeError("", f"unknown Variable type name {t!r}; pass the Variable class")
+    return t
+
+
+class LegacyModule(Module, pytree=False):
+    """``Module`` as Flax 0.8.3 had it (the ``flaxen.experimental.nnx`` face): not a JAX
+    pytree unless declared with ``experimental_pytree=True``, no data/static checks, and a
+    ``split`` method."""
+
+    def __init_subclass__(cls, experimental_pytree: bool = False, **kwargs: tp.Any) -> None:
+        kwargs.setdefault("pytree", False)
+        super().__init_subclass__(**kwargs)
+        if experimental_pytree:
+            jax.tree_util.register_pytree_with_keys(
+                cls, _module_flatten_with_keys, _module_unflatten, flatten_func=_module_flatten)
+
+    def __post_init__(self) -> None:
+        # a dataclass Module runs ``setup`` (when it defines one) after its generated __init__
+        setup = getattr(self, "setup", None)
+        if callable(setup):
+            setup()
+
+    def split(self, *filters: filterlib.Filter) -> tuple:
+        """``nnx.split(self, *filters)`` (the spec's method form)."""
+        return split(self, *filters)
+
+    def iter_modules(self) -> tp.Iterator[tuple[tuple, Module]]:
+        """``(path, module)`` for every Module reachable from this one (itself first)."""
+        for path, obj in iter_graph(self):
+            if isinstance(obj, Module):
+                yield path, obj
+
+    def set_attributes(self, *filters: filterlib.Filter, raise_if_not_found: bool = True,
+                       **attributes: tp.Any) -> None:
+        """Sets ``attributes`` on every submodule (matching ``filters``) that has them."""
+        preds = [filterlib.to_predicate(f) for f in filters]
+        remaining = set(attributes)
+        for path, module in self.iter_modules():
+            if preds and not any(p(path, module) for p in preds):
+                continue
+            for name, value in attributes.items():
+                if name in module.__dict__:
+                    setattr(module, name, value)
+                    remaining.discard(name)
+        if remaining and raise_if_not_found:
+            raise SetAttributesNotFoundError(
+                "", f"set_attributes on {type(self).__name__}: Could not find at least one "
+                f"instance of the following attributes: {remaining}")
 
 
 def _module_flatten(m: Module) -> tuple[tuple, tp.Any]:
@@ -175,21 +266,36 @@ class _InitCaller:
         return lambda *a, **k: self._run(fn, a, k)
 
 
-def _write(node: GraphNode, key: tp.Any, value: tp.Any) -> None:
+def _write(node: Pytree, key: str, value: tp.Any, as_data: bool | None = None) -> None:
+    """Sets item ``key`` of an nnx.Dict / nnx.List (checks the trace, records data status)."""
     node.check_valid_context(
-        f"Cannot modify {type(node).__name__} from a different JAX trace than the one it was "
-        "created in; pass it as an argument of the nnx transform instead."
+        f"Cannot mutate '{type(node).__name__}' from different trace level: it was created "
+        "in another JAX trace; pass it as an argument of the nnx transform instead."
     )
+    if _is_tag(value):
+        as_data = not value.metadata["static"]
+        value = value.metadata["nnx_value"]
+    if as_data is None:
+        as_data = is_data(value) or bool(has_data(value))
+    status = node._pytree__status
+    if status.get(key) is not as_data:
+        object.__setattr__(node, "_pytree__status", status.with_(key, as_data))
     node.__dict__[key] = value
     _trace.bump()
 
 
 class Dict(Module, MutableMapping):
-    """A Module that is also a dict: ``nnx.Dict(a=layer, b=other)``; items are attributes."""
+    """A Module that is also a dict: ``nnx.Dict(a=layer, b=other)``; items are attributes.
+
+    Items holding arrays, Variables or Modules (also inside containers) are data.
+    """
 
     def __init__(self, *args: tp.Any, **kwargs: tp.Any) -> None:
         for k, v in dict(*args, **kwargs).items():
             _write(self, k, v)
+
+    def __setattr__(self, name: str, value: tp.Any) -> None:
+        _write(self, name, value)
 
     def __getitem__(self, key: str) -> tp.Any:
         return self.__dict__[key]
@@ -198,8 +304,9 @@ class Dict(Module, MutableMapping):
         _write(self, key, value)
 
     def __delitem__(self, key: str) -> None:
-        self.check_valid_context("Cannot modify an nnx.Dict from a different JAX trace.")
+        self.check_valid_context("Cannot mutate 'Dict' from different trace level.")
         del self.__dict__[key]
+        object.__setattr__(self, "_pytree__status", self._pytree__status.without(key))
         _trace.bump()
 
     def __iter__(self) -> tp.Iterator[str]:
@@ -209,11 +316,16 @@ class Dict(Module, MutableMapping):
         return len(self.__dict__)
 
     def __getattr__(self, name: str) -> tp.Any:
+        if name == "_pytree__status":
+            return Module.__getattr__(self, name)
         raise AttributeError(f"nnx.Dict has no key or attribute {name!r}")
+
+    def __repr__(self) -> str:
+        return Module.__repr__(self)
 
 
 class List(Module):
-    """A Module that is also a list: ``nnx.List([layer1, layer2])``.
+    """A Module that is also a list: ``nnx.List([layer1, layer2])``; every item is data.
 
     Items are attributes named ``'0'``, ``'1'``, ... (``vars(lst)['0']``); graph paths and
     State keys use the integer index (``state[0]``).
@@ -223,8 +335,7 @@ class List(Module):
 
     def __init__(self, iterable: tp.Iterable[tp.Any] = (), /) -> None:
         for i, v in enumerate(iterable):
-            self.__dict__[str(i)] = v
-        _trace.bump()
+            _write(self, str(i), v, True)
 
     def __len__(self) -> int:
         return len(self.__dict__)
@@ -242,28 +353,60 @@ class List(Module):
             return [d[str(j)] for j in range(*i.indices(len(self)))]
         return d[str(self._index(i))]
 
-    def __setitem__(self, i: int, value: tp.Any) -> None:
-        _write(self, str(self._index(i)), value)
+    def __setitem__(self, i: int | slice, value: tp.Any) -> None:
+        if isinstance(i, slice):
+            items = list(self)
+            items[i] = list(value)
+            self._reset(items)
+            return
+        _write(self, str(self._index(i)), value, True)
+
+    def __delitem__(self, i: int | slice) -> None:
+        items = list(self)
+        del items[i]
+        self._reset(items)
 
     def __iter__(self) -> tp.Iterator[tp.Any]:
         d = self.__dict__
         return (d[str(i)] for i in range(len(d)))
 
+    def __contains__(self, value: object) -> bool:
+        return any(v is value or v == value for v in self)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (List, list)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = GraphNode.__hash__
+
     def append(self, value: tp.Any) -> None:
-        _write(self, str(len(self.__dict__)), value)
+        _write(self, str(len(self.__dict__)), value, True)
 
     def extend(self, values: tp.Iterable[tp.Any]) -> None:
         for v in values:
             self.append(v)
 
+    def insert(self, i: int, value: tp.Any) -> None:
+        items = list(self)
+        items.insert(i, value)
+        self._reset(items)
+
     def pop(self, i: int = -1) -> tp.Any:
         items = list(self)
         value = items.pop(self._index(i))
-        self.check_valid_context("Cannot modify an nnx.List from a different JAX trace.")
-        self.__dict__.clear()
-        self.__dict__.update((str(j), v) for j, v in enumerate(items))
-        _trace.bump()
+        self._reset(items)
         return value
+
+    def _reset(self, items: list) -> None:
+        self.check_valid_context("Cannot mutate 'List' from different trace level.")
+        self.__dict__.clear()
+        object.__setattr__(self, "_pytree__status", type(self)._pytree__class_status)
+        for j, v in enumerate(items):
+            _write(self, str(j), v, True)
+
+    def __repr__(self) -> str:
+        return Module.__repr__(self)
 
 
 class Sequential(Module):
@@ -299,4 +442,4 @@ def _accepts(fn: tp.Any, name: str) -> bool:
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
-__all__ = ["Module", "Dict", "List", "Sequential", "Intermediate"]
+__all__ = ["Dict", "Intermediate", "LegacyModule", "List", "Module", "Sequential"]

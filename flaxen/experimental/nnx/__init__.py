@@ -40,7 +40,8 @@ from flaxen.nnx.graph import (
     update,
 )
 from flaxen.nnx.graph import graphdef as graphdef
-from flaxen.nnx.module import Dict, List, Module, Sequential
+from flaxen.nnx.module import Dict, List, Sequential
+from flaxen.nnx.module import LegacyModule as Module
 from flaxen.nnx.nn.attention import MultiHeadAttention
 from flaxen.nnx.nn.linear import Conv, Einsum, Embed, Linear, LinearGeneral
 from flaxen.experimental.nnx._norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm
