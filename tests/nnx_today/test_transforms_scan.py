@@ -258,3 +258,9 @@ def test_scan_keyword_arguments_take_their_positional_axes():
     c, ys = f(jnp.array(0), x=jnp.arange(3))
     assert int(c) == 3
     np.testing.assert_allclose(ys, [0, 0, 1])
+
+
+def test_scan_refuses_bound_methods():
+    m = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="bound methods"):
+        nnx.scan(m.__call__, in_axes=(0,), out_axes=0)

@@ -37,6 +37,7 @@ from flaxen.nnx._graphdef import NodeRef, VariableDef
 from flaxen.nnx._modes import resolve_modes
 from flaxen.nnx.rnglib import RngCount, RngKey
 from flaxen.nnx.transforms._carry import Flat, arrays_for_scalars, check_same, is_node
+from flaxen.nnx.transforms.transforms import resolve_bound
 from flaxen.nnx.variables import Variable
 
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
@@ -318,6 +319,7 @@ def scan(
             scan, length=length, reverse=reverse, unroll=unroll,
             _split_transpose=_split_transpose, in_axes=in_axes, out_axes=out_axes,
             transform_metadata=transform_metadata, graph=graph, graph_updates=graph_updates)
+    resolve_bound(f, "scan")
     _check_axes(in_axes, out_axes)
     has_partition = spmd.PARTITION_NAME in transform_metadata
     cache: dict[tp.Any, tuple] = {}
