@@ -200,3 +200,10 @@ def transform_metadata(
                            outer_hook=add)
 
     return transform_metadata_wrapper
+
+
+# scan and the loops live in their own files (helper H5); Flax's module path names them here
+from flaxen.nnx.transforms.loops import fori_loop, while_loop  # noqa: E402
+from flaxen.nnx.transforms.scan import Carry, scan  # noqa: E402
+
+__all__ += ["Carry", "fori_loop", "scan", "while_loop"]
