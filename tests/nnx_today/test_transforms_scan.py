@@ -264,3 +264,28 @@ def test_scan_refuses_bound_methods():
     m = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="bound methods"):
         nnx.scan(m.__call__, in_axes=(0,), out_axes=0)
+
+
+def test_loop_and_scan_errors_hide_flaxen_frames():
+    import os
+    import traceback
+
+    import flaxen
+    from flaxen import traceback_util
+
+    flaxen_dir = os.path.dirname(os.path.abspath(flaxen.__file__))
+    was_hiding = traceback_util.is_hiding_flax_frames()
+    traceback_util.hide_flax_in_tracebacks()
+
+    def bad(*args):
+        raise TypeError("boom")
+
+    for call in (lambda: nnx.fori_loop(0, 2, bad, jnp.zeros(2)),
+                 lambda: nnx.while_loop(lambda v: v[0] < 1, bad, jnp.zeros(2)),
+                 lambda: nnx.scan(bad)(jnp.zeros(()), jnp.arange(2.0))):
+        with pytest.raises(TypeError) as info:
+            call()
+        frames = traceback.extract_tb(info.value.__traceback__)
+        assert [f for f in frames if os.path.abspath(f.filename).startswith(flaxen_dir)] == []
+    if not was_hiding:
+        traceback_util.show_flax_in_tracebacks()

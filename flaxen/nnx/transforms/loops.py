@@ -23,6 +23,7 @@ import typing as tp
 
 import jax
 
+from flaxen import traceback_util
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx._modes import resolve_modes
 from flaxen.nnx.transforms._carry import Flat, arrays_for_scalars, check_same
@@ -58,6 +59,7 @@ class _Loop:
         return self.flat.write_back(self.flat.defs, values)[0]
 
 
+@traceback_util.api_boundary
 def while_loop(
     cond_fun: tp.Callable[[T], tp.Any],
     body_fun: tp.Callable[[T], T],
@@ -98,6 +100,7 @@ def while_loop(
     return loop.finish(final)
 
 
+@traceback_util.api_boundary
 def fori_loop(
     lower: int,
     upper: int,
