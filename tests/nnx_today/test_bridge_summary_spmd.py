@@ -324,3 +324,18 @@ def test_nnx_in_bridge_module():
     kernel = variables["params"]["Linear_0"]["kernel"]
     y = model.apply(variables, jnp.ones((1, 2)))
     np.testing.assert_allclose(y, jnp.ones((1, 2)) @ kernel, rtol=1e-6)
+
+
+def test_bridge_attr_priority_picks_the_shared_submodule_name():
+    class Top(bridge.Module):
+        def setup(self):
+            self.zzz = _Dense(2)
+            self.set_attr_priority("zzz", bridge.AttrPriority.HIGH)
+            self.aaa = self.zzz  # a second name for the same submodule
+
+        def __call__(self, x):
+            return self.aaa(x)
+
+    variables = Top().init(0, jnp.ones((1, 3)))
+    assert list(variables["params"]) == ["zzz"]
+    np.testing.assert_allclose(Top().apply(variables, jnp.ones((1, 3))), jnp.full((1, 2), 3.0))

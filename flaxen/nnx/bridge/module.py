@@ -337,10 +337,8 @@ class Module(nnx_module.Module, metaclass=_module_metaclass(),  # type: ignore[m
 
     def _get_variables(self) -> dict:
         out: dict[str, dict] = {}
-        for path, var in graphlib.iter_graph(self):
-            if not isinstance(var, Variable) or isinstance(var, RngState):
-                continue
-            if path and path[0] == "scope":
+        for path, var in _variables_by_priority(self):
+            if isinstance(var, RngState):
                 continue
             col = variable_name_from_type(type(var), allow_register=True)
             leaf = bv._var_value(var) if bv.is_vanilla_variable(var) else bv.to_linen_var(var)
@@ -409,6 +407,38 @@ class Module(nnx_module.Module, metaclass=_module_metaclass(),  # type: ignore[m
         """``(output, variables)`` of :meth:`init`."""
         return self.apply({}, *args, rngs=rngs, method=method, mutable=True, _initialize=True,
                           **kwargs)
+
+
+def _variables_by_priority(root: Module) -> list[tuple[tuple, Variable]]:
+    """``(path, Variable)`` once per Variable, first path first, where a module's attributes
+    are visited in :class:`AttrPriority` order (then by name): a submodule reachable under
+    several names is listed under its own name. ``scope`` is skipped."""
+    seen: set[int] = set()
+    found: list[tuple[tuple, Variable]] = []
+
+    def visit(x: tp.Any, path: tuple) -> None:
+        if isinstance(x, Variable):
+            if id(x) not in seen:
+                seen.add(id(x))
+                found.append((path, x))
+            return
+        if isinstance(x, GraphNode):
+            if id(x) in seen:
+                return
+            seen.add(id(x))
+            attrs = {k: v for k, v in vars(x).items() if k != "scope" or not isinstance(x, Module)}
+            prio = _PRIORITIES.get(x, {}) if isinstance(x, Module) else {}
+            for k in sorted(attrs, key=lambda k: (prio.get(k, AttrPriority.DEFAULT), str(k))):
+                visit(attrs[k], (*path, k))
+        elif isinstance(x, tp.Mapping):
+            for k in sorted(x, key=str):
+                visit(x[k], (*path, k))
+        elif isinstance(x, (list, tuple)):
+            for i, v in enumerate(x):
+                visit(v, (*path, i))
+
+    visit(root, ())
+    return found
 
 
 def _as_rngs(rngs: tp.Any) -> Rngs:
