@@ -216,3 +216,18 @@ def test_transform_metadata_adds_partition_name():
     m = make(nnx.Rngs(0))
     assert m.kernel.shape == (3, 2, 4)
     assert m.kernel.out_sharding == ("c", "a", "b")
+
+
+def test_prefix_shapes_per_mode_and_jax_vmap():
+    m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    tree = nnx.prefix(m, {nnx.Param: 0}, graph=False)
+    assert isinstance(tree, nnx.Linear) and tree.kernel == 0 and tree.bias == 0
+    graph = nnx.prefix(m, {nnx.Param: 0}, graph=True)
+    assert isinstance(graph, nnx.extract.TreeState) and graph.state["kernel"] == 0
+    with pytest.raises(ValueError, match="No filter matched"):
+        nnx.prefix(m, {nnx.BatchStat: 0}, graph=False)
+    stacked = nnx.vmap(lambda r: nnx.Linear(2, 3, rngs=r))(nnx.Rngs(0).split(4))
+    y = jax.vmap(lambda m, x: m(x), in_axes=(tree, None))(stacked, jnp.ones((2,)))
+    assert y.shape == (4, 3)
+    y2 = nnx.vmap(lambda m, x: m(x), in_axes=(tree, None), graph=False)(stacked, jnp.ones((2,)))
+    np.testing.assert_allclose(y, y2, rtol=1e-6)

@@ -32,8 +32,8 @@ from flaxen.nnx._graphdef import NodeDef, NodeRef, VariableDef
 from flaxen.nnx.transforms.transforms import PrefixMapping
 from flaxen.nnx.variables import Variable
 
-__all__ = ["NodePrefix", "StateAxes", "occurrences", "prefix", "resolve_inputs",
-           "resolve_outputs"]
+__all__ = ["NodePrefix", "StateAxes", "TreeState", "as_node_prefix", "occurrences", "prefix",
+           "resolve_inputs", "resolve_outputs"]
 
 
 class StateAxes(PrefixMapping, Mapping):
@@ -196,6 +196,40 @@ class NodePrefix:
         return f"{self.node_type.__name__}Prefix({{{inner}}})"
 
 
+class TreeState(NodePrefix):
+    """Graph mode's ``nnx.prefix`` of one graph node: ``state`` holds the prefix values
+    nested by attribute path (``result.state['linear']['kernel']``)."""
+
+    __slots__ = ()
+
+    @property
+    def state(self) -> dict:
+        out: dict = {}
+        for path, value in self.by_path.items():
+            d = out
+            for k in path[:-1]:
+                d = d.setdefault(k, {})
+            if path:
+                d[path[-1]] = value
+        return out
+
+    def __repr__(self) -> str:
+        return f"TreeState({self.state!r})"
+
+
+def as_node_prefix(pre: tp.Any) -> tp.Any:
+    """A tree-mode prefix shaped like a graph node (``nnx.prefix(module, ...,
+    graph=False)``: the node with values in place of its Variables) as a
+    :class:`NodePrefix`; anything else unchanged."""
+    if not isinstance(pre, GraphNode):
+        return pre
+    by_path = {}
+    leaves = jax.tree_util.tree_flatten_with_path(pre, is_leaf=lambda x: x is None)[0]
+    for kp, value in leaves:
+        by_path[tuple(_key(k) for k in kp)] = value
+    return NodePrefix(by_path, type(pre))
+
+
 # -- walking the definitions of a Lift: every occurrence of every leaf ------------------------
 
 def occurrences(defs: tp.Sequence[tp.Any]) -> list[list[tuple[tuple, int]]]:
@@ -262,28 +296,37 @@ def occurrences(defs: tp.Sequence[tp.Any]) -> list[list[tuple[tuple, int]]]:
 # -- nnx.prefix ---------------------------------------------------------------------------------
 
 def _is_prefix_leaf(x: tp.Any) -> bool:
-    return x is None or isinstance(x, (PrefixMapping, NodePrefix, jax.sharding.PartitionSpec,
-                                       jax.sharding.Sharding))
+    return x is None or isinstance(x, (PrefixMapping, NodePrefix, GraphNode,
+                                       jax.sharding.PartitionSpec, jax.sharding.Sharding))
 
 
 def prefix(node: tp.Any, filter_map: tp.Mapping[filterlib.Filter, tp.Any] | tp.Callable, /,
            *, graph: bool | None = None) -> tp.Any:
     """Replaces every Variable in ``node`` (a graph node, or a pytree holding some) with a
     prefix value: ``filter_map(path, variable)``, or the value of the first matching filter
-    of a ``{filter: value}`` mapping. Graph nodes become :class:`NodePrefix` objects that
-    today's transforms accept as ``in_axes``/``out_axes``/specs for that node; other leaves
-    are mapped like Variables.
+    of a ``{filter: value}`` mapping. Other leaves are mapped the same way.
+
+    In tree mode (``graph=False``) the result has the node's own shape (a Module holding
+    values where its Variables were), usable with ``jax.vmap`` too; in graph mode each graph
+    node becomes a :class:`TreeState` (values by path, shared Variables at each of their
+    paths). Today's transforms accept both as ``in_axes``/``out_axes``/specs for the node.
 
     >>> import jax.numpy as jnp
     >>> from flaxen import nnx
     >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-    >>> axes = nnx.prefix(m, {nnx.Param: 0})
-    >>> f = nnx.vmap(lambda m, x: m(x), in_axes=(axes, None), graph=False)
+    >>> nnx.prefix(m, {nnx.PathContains('kernel'): 0, ...: None}, graph=False).kernel
+    0
+    >>> axes = nnx.prefix(m, {nnx.Param: 0}, graph=True)
+    >>> axes.state['bias']
+    0
+    >>> f = nnx.vmap(lambda m, x: m(x), in_axes=(axes, None))
     >>> stacked = nnx.vmap(lambda r: nnx.Linear(2, 3, rngs=r))(nnx.Rngs(0).split(4))
     >>> f(stacked, jnp.ones((2,))).shape
     (4, 3)
     """
-    del graph  # both modes give the same per-path prefixes
+    from flaxen.nnx._modes import resolve_modes
+
+    graph, _ = resolve_modes(graph, None)
     if isinstance(filter_map, Mapping):
         preds = [(to_predicate(f), v) for f, v in filter_map.items()]
         filters = list(filter_map.keys())
@@ -299,22 +342,34 @@ def prefix(node: tp.Any, filter_map: tp.Mapping[filterlib.Filter, tp.Any] | tp.C
     else:
         prefix_fn = filter_map
 
-    def one(kp: tp.Any, x: tp.Any) -> tp.Any:
+    def node_prefix(outer: tuple, x: tp.Any, cls: type) -> tp.Any:
+        lift = _lift.Lift((x,), {})
+        if lift.flat is None:
+            return cls({}, type(x))
+        objs = lift.leaf_objs
+        by_path = {path: prefix_fn((*outer, *path), objs[pos])
+                   for path, pos in occurrences(lift.flat.defs)[0]}
+        if isinstance(x, Variable):
+            return by_path.get((), None)
+        return cls(by_path, type(x))
+
+    if graph:
+        def one(kp: tp.Any, x: tp.Any) -> tp.Any:
+            outer = tuple(_key(k) for k in kp)
+            if isinstance(x, (GraphNode, Variable)):
+                return node_prefix(outer, x, TreeState)
+            return prefix_fn(outer, x)
+
+        return jax.tree_util.tree_map_with_path(one, node, is_leaf=_lift.is_node)
+
+    def one_tree(kp: tp.Any, x: tp.Any) -> tp.Any:
         outer = tuple(_key(k) for k in kp)
-        if isinstance(x, (GraphNode, Variable)):
-            lift = _lift.Lift((x,), {})
-            if lift.flat is None:
-                return NodePrefix({}, type(x))
-            objs = lift.leaf_objs
-            by_path = {}
-            for path, pos in occurrences(lift.flat.defs)[0]:
-                by_path[path] = prefix_fn((*outer, *path), objs[pos])
-            if isinstance(x, Variable):
-                return by_path.get((), None)
-            return NodePrefix(by_path, type(x))
+        if isinstance(x, GraphNode):  # a graph node that is not a pytree
+            return node_prefix(outer, x, NodePrefix)
         return prefix_fn(outer, x)
 
-    return jax.tree_util.tree_map_with_path(one, node, is_leaf=_lift.is_node)
+    return jax.tree_util.tree_map_with_path(
+        one_tree, node, is_leaf=lambda x: isinstance(x, Variable))
 
 
 def _key(k: tp.Any) -> tp.Any:
@@ -347,6 +402,7 @@ def _broadcast(prefix_tree: tp.Any, treedef: tp.Any, what: str, fn_name: str) ->
             f"Give `{what}` one entry per positional argument (a tuple), or a single "
             "value for all of them.") from None
     for value, sub in pairs:
+        value = as_node_prefix(value)
         for i in jax.tree_util.tree_leaves(sub):
             out[i] = value
     return out
@@ -393,8 +449,8 @@ def _arg_paths(treedef: tp.Any) -> list[tuple]:
 def _aliasing_error(fn_name: str, what: str, var: tp.Any, seen: list) -> NNXTransformError:
     lines = "\n".join(f"  {type(var).__name__} at {where}: {value!r}" for where, value in seen)
     return NNXTransformError(
-        "", f"Inconsistent aliasing detected in nnx.{fn_name}: the same "
-        f"{type(var).__name__} is reached at several places with different `{what}`:\n"
+        "", f"Inconsistent aliasing detected. The following nodes have different prefixes "
+        f"(`{what}` of nnx.{fn_name}; the same {type(var).__name__} is reached at each):\n"
         f"{lines}\n", "Give every occurrence of a shared Variable the same prefix value.")
 
 
