@@ -105,6 +105,7 @@ from flaxen.nnx.transforms.iteration import (  # today's vmap family (H4)
 from flaxen.nnx.transforms.branches import cond, switch
 from flaxen.nnx.transforms.remat import remat
 from flaxen.nnx.transforms.shard_map import shard_map
+from flaxen.nnx import extract as extract
 from flaxen.nnx._modes import set_graph_mode, set_graph_updates
 from flaxen.nnx import variables as variablelib
 from flaxen.nnx.variables import A as A  # the type variable of Variable[A]
