@@ -17,6 +17,8 @@ True
 
 from __future__ import annotations
 
+import functools
+import inspect
 import typing as tp
 
 import jax
@@ -33,6 +35,25 @@ _PY_SCALARS = (bool, int, float, complex)
 
 def is_node(x: tp.Any) -> bool:
     return isinstance(x, (GraphNode, Variable))
+
+
+def resolve_kwargs(f: tp.Callable, args: tuple, kwargs: dict) -> tuple:
+    """``args`` with the keyword arguments moved to their positions (defaults filled in), so
+    a transform's per-argument axes cover them; e.g. ``Module(rngs=...)`` of a transformed
+    ``__init__``. Keyword-only parameters cannot be placed: a TypeError says so."""
+    if not kwargs:
+        return args
+    target = f
+    if isinstance(target, functools.partial):  # a partial's signature is opaque
+        def target(*a: tp.Any, **k: tp.Any) -> None:  # noqa: ARG001
+            return None
+    bound = inspect.signature(target).bind(*args, **kwargs)
+    bound.apply_defaults()
+    if bound.kwargs:
+        raise TypeError(
+            f"keyword arguments could not be resolved to positions: {sorted(bound.kwargs)} "
+            "(keyword-only parameters, or a functools.partial). Pass them positionally.")
+    return tuple(bound.args)
 
 
 def arrays_for_scalars(tree: tp.Any) -> tp.Any:

@@ -24,6 +24,7 @@ from flaxen import traceback_util
 from flaxen.nnx import spmd
 from flaxen.nnx._modes import resolve_modes
 from flaxen.nnx.transforms._axes import NodePrefix, StateAxes, prefix
+from flaxen.nnx.transforms._carry import resolve_kwargs
 from flaxen.nnx.transforms._mapped import mapped_call
 from flaxen.nnx.transforms.transforms import check_prefix, resolve_bound
 from flaxen.nnx.variables import Variable
@@ -97,6 +98,7 @@ def vmap(
     @traceback_util.api_boundary
     @functools.wraps(f)
     def vmap_wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        args, kwargs = resolve_kwargs(f, args, kwargs), {}
         return mapped_call(f, args, kwargs, fn_name="vmap", in_prefix=in_axes, kw_prefix=0,
                            out_prefix=out_axes, graph=graph, graph_updates=graph_updates,
                            transform=run, inner_hook=inner_hook,
@@ -150,6 +152,7 @@ def pmap(
     @traceback_util.api_boundary
     @functools.wraps(f)
     def pmap_wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        args, kwargs = resolve_kwargs(f, args, kwargs), {}
         return mapped_call(f, args, kwargs, fn_name="pmap", in_prefix=in_axes, kw_prefix=0,
                            out_prefix=out_axes, graph=graph, graph_updates=graph_updates,
                            transform=run, post=True, inner_hook=inner_hook,
@@ -194,6 +197,7 @@ def transform_metadata(
 
     @functools.wraps(f)
     def transform_metadata_wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        args, kwargs = resolve_kwargs(f, args, kwargs), {}
         return mapped_call(f, args, kwargs, fn_name="transform_metadata", in_prefix=in_axes,
                            kw_prefix=0, out_prefix=out_axes, graph=graph,
                            graph_updates=True, transform=run, inner_hook=remove,

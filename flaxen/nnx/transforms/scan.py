@@ -21,7 +21,6 @@ their updates when ``graph_updates=False`` (they are then carried).
 from __future__ import annotations
 
 import functools
-import inspect
 import typing as tp
 
 import jax
@@ -36,7 +35,13 @@ from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graphdef import NodeRef, VariableDef
 from flaxen.nnx._modes import resolve_modes
 from flaxen.nnx.rnglib import RngCount, RngKey
-from flaxen.nnx.transforms._carry import Flat, arrays_for_scalars, check_same, is_node
+from flaxen.nnx.transforms._carry import (
+    Flat,
+    arrays_for_scalars,
+    check_same,
+    is_node,
+    resolve_kwargs,
+)
 from flaxen.nnx.transforms.transforms import resolve_bound
 from flaxen.nnx.variables import Variable
 
@@ -402,7 +407,7 @@ def scan(
     def scan_wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         _, updates = resolve_modes(graph, graph_updates)
         if kwargs:
-            args, kwargs = _positional(f, args, kwargs)
+            args, kwargs = resolve_kwargs(f, args, kwargs), {}
         if in_axes is Carry and len(args) != 1:
             raise NNXTransformError(
                 "", f"nnx.scan: When in_axes=Carry, the function must take exactly one "
@@ -482,16 +487,6 @@ def scan(
         return _join_output(carry_res, built_roots[n_args], trace["jpos"])
 
     return scan_wrapper
-
-
-def _positional(f: tp.Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """Keyword arguments that name positional parameters moved to their positions (so that
-    ``in_axes`` covers them, e.g. ``Module(rngs=...)`` for a scanned ``__init__``)."""
-    try:
-        bound = inspect.signature(f).bind(*args, **kwargs)
-    except (TypeError, ValueError):
-        return args, kwargs
-    return tuple(bound.args), dict(bound.kwargs)
 
 
 def _leaf_order(flat: Flat, fg: tp.Any, built: dict) -> list[tuple[str, int]]:
