@@ -113,6 +113,9 @@ def map_streams(f: tp.Callable[[tuple, RngStream], tp.Any], node: tp.Any, *, gra
             if graph and id(x) in memo:
                 return memo[id(x)]
             new = new_node(type(x))
+            status = getattr(x, "_pytree__status", None)
+            if status is not None:  # which attributes are data (Pytree bookkeeping)
+                object.__setattr__(new, "_pytree__status", status)
             if graph:
                 memo[id(x)] = new
             d = new.__dict__

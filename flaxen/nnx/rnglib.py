@@ -31,8 +31,8 @@ import numpy as np
 
 from flaxen.errors import NNXArgumentError, RngStreamNotFoundError, TraceContextError
 from flaxen.nnx import filterlib
-from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._trace import current_trace as _current_trace
+from flaxen.nnx.pytreelib import Pytree
 from flaxen.nnx.state import State
 from flaxen.nnx.variables import Variable
 
@@ -157,7 +157,7 @@ for _name in _INITIALIZERS:
 # --- the stream and the collection of streams -----------------------------------------------
 
 
-class RngStream(_RandomMethods, GraphNode):
+class RngStream(_RandomMethods, Pytree):
     """One named stream: ``stream()`` gives a fresh key (``fold_in(key, count)``, count += 1).
 
     >>> from flaxen import nnx
@@ -222,7 +222,7 @@ def _filter_mapping(k: tp.Any) -> dict:
     return dict(k)
 
 
-class Rngs(_RandomMethods, GraphNode):
+class Rngs(_RandomMethods, Pytree):
     """Named RNG streams. ``Rngs(0)`` or ``Rngs(params=0, dropout=1)`` or both.
 
     ``rngs.name()`` / ``rngs['name']()`` / ``rngs()`` (the ``default`` stream) return fresh
@@ -248,7 +248,7 @@ class Rngs(_RandomMethods, GraphNode):
         for tag, key in rngs.items():
             if isinstance(key, RngStream):
                 key = key.key.value
-            object.__setattr__(self, tag, self._make_stream(tag, key))
+            setattr(self, tag, self._make_stream(tag, key))
         from flaxen.nnx._trace import bump
 
         bump()
@@ -273,8 +273,10 @@ class Rngs(_RandomMethods, GraphNode):
         return stream
 
     def __getattr__(self, name: str) -> RngStream:
-        if (name.startswith("__") and name.endswith("__")) or name.startswith("_pytree__"):
-            raise AttributeError(name)  # Pytree bookkeeping of a copy built without __init__
+        if name.startswith("_pytree__"):  # bookkeeping of a copy built without __init__
+            return super().__getattr__(name)
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
         return self._stream(name)
 
     def __getitem__(self, name: str) -> RngStream:
@@ -314,7 +316,7 @@ class Rngs(_RandomMethods, GraphNode):
     def _from_streams(self, streams: dict[str, RngStream]) -> Rngs:
         new = type(self).__new__(type(self))
         for name, s in streams.items():
-            object.__setattr__(new, name, s)
+            setattr(new, name, s)
         return new
 
     def split(self, k: tp.Mapping[filterlib.Filter, int | tuple[int, ...] | None] | int

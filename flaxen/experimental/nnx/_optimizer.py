@@ -24,7 +24,7 @@ from flaxen.errors import GraphStateMismatchError, NNXFilterError
 from flaxen.nnx import filterlib
 from flaxen.nnx.graph import state as _state
 from flaxen.nnx.graph import update as _update
-from flaxen.nnx.module import Module
+from flaxen.nnx.module import LegacyModule, Module
 from flaxen.nnx.state import State
 from flaxen.nnx.training.optimizer import OptArray, OptState
 from flaxen.nnx.variables import Param, VariableState
@@ -45,7 +45,7 @@ def _values(tree: tp.Any) -> tp.Any:
     return tree
 
 
-class Optimizer(Module):
+class Optimizer(LegacyModule):
     """Holds ``model``, ``tx`` (an Optax GradientTransformation), ``opt_state`` and ``step``.
 
     ``update(grads)`` applies ``tx`` to the model's ``wrt`` state (``nnx.Param`` by default)
