@@ -319,8 +319,15 @@ class MultiHeadAttention(Module):
         batch_size: int | Shape | None = None,
         max_length: int | None = None,
     ) -> None:
-        """Hook of ``nnx.view``: sets ``deterministic``/``decode``; a decode view of a layer
-        without a cache creates one for ``batch_size`` x ``max_length``."""
+        """Hook of ``nnx.view``.
+
+        Args:
+          deterministic: if given, whether attention dropout is off (True) or on.
+          decode: if given, whether calls decode one step at a time from the cache.
+          batch_size: batch size (int or shape) of the cache a decode view creates when the
+            layer has none yet.
+          max_length: length of that cache.
+        """
         if deterministic is not None:
             self.deterministic = deterministic
         if decode is not None:

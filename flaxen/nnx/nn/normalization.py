@@ -170,7 +170,12 @@ class BatchNorm(Module):
         )
 
     def set_view(self, use_running_average: bool | None = None) -> None:
-        """Hook of ``nnx.view``: sets ``use_running_average`` when given."""
+        """Hook of ``nnx.view``.
+
+        Args:
+          use_running_average: if given, whether calls use the stored statistics (True)
+            or compute and record batch statistics (False).
+        """
         if use_running_average is not None:
             self.use_running_average = use_running_average
 

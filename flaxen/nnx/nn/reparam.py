@@ -231,8 +231,3 @@ class SpectralNorm(Module):
                 new.append((param, self._normalized(path, param.value, update_stats)))
         with _swapped(new):
             return self.layer_instance(x)
-
-    def set_view(self, update_stats: bool | None = None) -> None:
-        """Hook of ``nnx.view``: sets whether calls refine the stored statistics."""
-        if update_stats is not None:
-            self.use_running_average = not update_stats

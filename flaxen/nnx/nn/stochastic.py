@@ -112,6 +112,10 @@ class Dropout(Module):
         return lax.select(mask, inputs / keep_prob, jnp.zeros_like(inputs))
 
     def set_view(self, deterministic: bool | None = None) -> None:
-        """Hook of ``nnx.view``: sets ``deterministic`` when given."""
+        """Hook of ``nnx.view``.
+
+        Args:
+          deterministic: if given, whether calls skip the dropout mask (True) or apply it.
+        """
         if deterministic is not None:
             self.deterministic = deterministic
