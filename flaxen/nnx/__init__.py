@@ -17,6 +17,7 @@ from flaxen.nnx import variables as variables
 from flaxen.nnx._vmap_scan import Jit, Remat, Scan, Vmap
 from flaxen.nnx.errors import TraceContextError
 from flaxen.nnx.filterlib import All, Any, Everything, Not, Nothing, OfType, PathContains, WithTag
+from flaxen.nnx.filterlib import PathIn as PathIn
 from flaxen.nnx.graph import (
     GraphDef,
     GraphNode,
@@ -70,7 +71,22 @@ from flaxen.nnx.spmd import (
     with_partitioning,
     with_sharding_constraint,
 )
-from flaxen.nnx.state import State
+statelib = __import__("sys").modules["flaxen.nnx.state"]  # `nnx.state` is the function
+from flaxen.nnx import traversals as traversals
+from flaxen.nnx.state import (
+    FlatState,
+    State,
+    filter_state,
+    from_flat_state,
+    map_state,
+    merge_state,
+    replace_by_pure_dict,
+    restore_int_paths,
+    split_state,
+    to_flat_state,
+    to_pure_dict,
+)
+from flaxen.nnx._var_tools import set_metadata, vars_as, with_vars
 from flaxen.nnx.training import metrics as metrics
 from flaxen.nnx.training import optimizer as optimizer
 from flaxen.nnx.training.ema import EMA

@@ -38,7 +38,7 @@ from flaxen.nnx._graphdef import (
     VariableDef,
     freeze,
 )
-from flaxen.nnx.state import _sort_keys
+from flaxen.nnx.state import State, _sort_keys
 from flaxen.nnx.variables import Variable, VariableState
 
 _current_trace = _trace.current_trace
@@ -46,6 +46,7 @@ _EPOCH = _trace._EPOCH
 _SCALARS = frozenset({int, float, bool, str, complex, type(None), type, bytes})
 _ARRAYS = (jax.Array, np.ndarray)
 _tree_flatten = jax.tree_util.tree_flatten
+_SNAPSHOT = frozenset({dict, list, State})  # mutable containers re-checked by identity
 _tree_leaves = jax.tree_util.tree_leaves
 MISSING = object()  # a leaf with no new value (unflatten keeps the existing one)
 
@@ -128,6 +129,12 @@ class FlatGraph:
 
     def still_valid(self) -> bool:
         for obj, treedef, leaves in self.containers:
+            if treedef is None:  # a dict / list / State: its direct children, by identity
+                snap = _snapshot(obj)
+                if len(snap) != len(leaves) or any(
+                        a is not b for a, b in zip(snap, leaves)):
+                    return False
+                continue
             new_leaves, new_def = _tree_flatten(obj, is_leaf=_is_graph_leaf)
             if new_def != treedef or len(new_leaves) != len(leaves):
                 return False
@@ -135,6 +142,15 @@ class FlatGraph:
                 if a is not b:
                     return False
         return True
+
+
+def _snapshot(x: tp.Any) -> tuple:
+    """The keys and children of a dict / list / State (what a cached walk must re-check)."""
+    t = type(x)
+    if t is list:
+        return tuple(x)
+    items = (x._mapping if t is State else x).items()
+    return tuple(v for kv in items for v in kv)
 
 
 def flatten(roots: tp.Sequence[tp.Any], root_paths: tp.Sequence[tuple] | None = None
@@ -190,7 +206,9 @@ def flatten(roots: tp.Sequence[tp.Any], root_paths: tp.Sequence[tuple] | None = 
             except TypeError:
                 pass  # an unhashable constant container: a pytree node, copied on merge
         children, treedef = flatten_pytree(x)
-        if not isinstance(x, tuple):
+        if type(x) in _SNAPSHOT:  # nested containers are checked on their own
+            containers.append((x, None, _snapshot(x)))
+        elif not isinstance(x, tuple):
             containers.append((x, full_def, full))
         attrs = tuple((k, visit(c, (*path, k))) for k, c in children)
         return NodeDef(PytreeType, -1, attrs, treedef)

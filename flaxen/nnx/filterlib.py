@@ -75,26 +75,57 @@ class WithTag:
 
 
 class PathContains:
-    """Matches values whose path has ``key`` as one of its parts, or whose tag is ``key``."""
+    """Matches values whose path has ``key`` as one of its parts, or whose tag is ``key``.
 
-    __slots__ = ("key",)
+    With ``exact=False`` a path part matches when it contains ``key`` as a substring
+    (``PathContains('backbone', exact=False)`` picks ``backbone1`` and ``backbone2``).
+    """
 
-    def __init__(self, key: tp.Any) -> None:
+    __slots__ = ("key", "exact")
+
+    def __init__(self, key: tp.Any, exact: bool = True) -> None:
         self.key = key
+        self.exact = exact
 
     def __call__(self, path: Path, value: tp.Any) -> bool:
         if getattr(_value_type(value), "_string_filter_exempt", False):
             return False  # RNG counters: picked by nnx.RngCount, not by the stream's name
-        return self.key in path or getattr(value, "tag", None) == self.key
+        if self.exact:
+            return self.key in path or getattr(value, "tag", None) == self.key
+        key = str(self.key)
+        return any(key in str(part) for part in path)
 
     def __repr__(self) -> str:
-        return f"PathContains({self.key!r})"
+        return f"PathContains({self.key!r})" if self.exact else \
+            f"PathContains({self.key!r}, exact=False)"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, PathContains) and other.key == self.key
+        return (isinstance(other, PathContains) and other.key == self.key
+                and other.exact == self.exact)
 
     def __hash__(self) -> int:
-        return hash((PathContains, self.key))
+        return hash((PathContains, self.key, self.exact))
+
+
+class PathIn:
+    """Matches values whose path is one of ``paths`` (tuples of keys)."""
+
+    __slots__ = ("paths",)
+
+    def __init__(self, *paths: Path) -> None:
+        self.paths = frozenset(tuple(p) for p in paths)
+
+    def __call__(self, path: Path, value: tp.Any) -> bool:
+        return tuple(path) in self.paths
+
+    def __repr__(self) -> str:
+        return f"PathIn({', '.join(map(repr, sorted(self.paths, key=str)))})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PathIn) and other.paths == self.paths
+
+    def __hash__(self) -> int:
+        return hash((PathIn, self.paths))
 
 
 class Any:
@@ -202,7 +233,8 @@ _NOTHING = Nothing()
 
 def to_predicate(filter: Filter) -> Predicate:  # noqa: A002
     """Turns any filter form into a ``(path, value) -> bool`` predicate."""
-    if isinstance(filter, (Everything, Nothing, OfType, WithTag, PathContains, Any, All, Not)):
+    if isinstance(filter, (Everything, Nothing, OfType, WithTag, PathContains, PathIn, Any,
+                           All, Not)):
         return filter
     if filter is Ellipsis or filter is True:
         return _EVERYTHING

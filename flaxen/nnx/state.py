@@ -1,8 +1,11 @@
-"""State: the nested, filterable mapping of VariableStates that ``nnx.split`` returns.
+"""State: the nested, filterable mapping of Variables that ``nnx.split`` returns.
 
-Keys are attribute names (and list indices); leaves are :class:`VariableState` objects (or
-plain arrays after a user maps them away). A State is a pytree, so it passes straight into
-``jax.jit``, ``jax.grad`` or Optax.
+Keys are attribute names (and list indices); leaves are Variables (today's ``flax.nnx``),
+:class:`VariableState` snapshots (the 0.8.3 face) or plain arrays after a user maps them
+away. A State is a pytree, so it passes straight into ``jax.jit``, ``jax.grad`` or Optax.
+:class:`FlatState` is the sorted ``(path, leaf)`` sequence form; the module functions
+(``to_flat_state``, ``to_pure_dict``, ``replace_by_pure_dict``, ``diff`` ...) are
+``nnx.statelib``'s.
 
 >>> import jax.numpy as jnp
 >>> from flaxen import nnx
@@ -24,8 +27,9 @@ from collections.abc import Mapping, MutableMapping
 
 import jax
 
-from flaxen.errors import NNXFilterError
+from flaxen.errors import GraphStateMismatchError, NNXFilterError
 from flaxen.nnx import _treescope, filterlib
+from flaxen.nnx.variables import Variable, VariableState, _leaves_equal
 
 Key = tp.Hashable
 Path = tuple[Key, ...]
@@ -100,9 +104,10 @@ class State(MutableMapping):
         self[name] = value
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, State):
-            return self._mapping == other._mapping
-        return isinstance(other, Mapping) and self._mapping == dict(other)
+        if not isinstance(other, Mapping):
+            return False
+        a, b = self.flat_state(), State(other).flat_state()
+        return a.keys() == b.keys() and all(_leaf_equal(a[k], b[k]) for k in a)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -151,6 +156,21 @@ class State(MutableMapping):
             _flatten_into(s, (), flat)
         return State.from_flat_path(flat)
 
+    def to_pure_dict(self, extract_fn: tp.Callable[[tp.Any], tp.Any] | None = None
+                     ) -> dict[Key, tp.Any]:
+        """Nested plain dicts of the leaf values (see :func:`to_pure_dict`)."""
+        return to_pure_dict(self, extract_fn)
+
+    def replace_by_pure_dict(self, pure_dict: Mapping[Key, tp.Any],
+                             replace_fn: tp.Callable[[tp.Any, tp.Any], tp.Any] | None = None
+                             ) -> None:
+        """Puts ``pure_dict``'s values into this State (see :func:`replace_by_pure_dict`)."""
+        replace_by_pure_dict(self, pure_dict, replace_fn)
+
+    def map(self, f: tp.Callable[[Path, tp.Any], tp.Any]) -> State:
+        """A new State with each leaf replaced by ``f(path, leaf)``."""
+        return map_state(f, self)
+
     def __or__(self, other: State) -> State:
         return State.merge(self, other)
 
@@ -195,9 +215,7 @@ def _split(state: State, filters: tuple, exhaustive: bool) -> tuple[State, ...]:
 
 
 def _describe(leaf: tp.Any) -> str:
-    from flaxen.nnx.variables import VariableState
-
-    if isinstance(leaf, VariableState):
+    if isinstance(leaf, (Variable, VariableState)):
         return f"a {leaf.type.__name__}"
     return type(leaf).__name__
 
@@ -221,3 +239,285 @@ def _state_unflatten(keys: tuple, children: tp.Iterable[tp.Any]) -> State:
 jax.tree_util.register_pytree_with_keys(
     State, _state_flatten_with_keys, _state_unflatten, flatten_func=_state_flatten
 )
+
+
+def _leaf_equal(a: tp.Any, b: tp.Any) -> bool:
+    if isinstance(a, Variable) or isinstance(b, Variable):
+        return (type(a) is type(b) and a.get_metadata() == b.get_metadata()
+                and _leaves_equal(a.get_raw_value(), b.get_raw_value()))
+    if isinstance(a, VariableState) or isinstance(b, VariableState):
+        return a == b
+    return _leaves_equal(a, b)
+
+
+# -- FlatState ---------------------------------------------------------------------------
+
+
+class FlatState(tp.Sequence[tuple[Path, tp.Any]]):
+    """A State as a sequence of ``(path, leaf)`` pairs (sorted by path when built from one).
+
+    >>> from flaxen import nnx
+    >>> flat = nnx.to_flat_state(nnx.State({'b': nnx.Param(1.0), 'a': {'c': nnx.Param(2.0)}}))
+    >>> flat.paths
+    (('a', 'c'), ('b',))
+    >>> path, leaf = flat[1]
+    >>> path, leaf.get_value()
+    (('b',), 1.0)
+    """
+
+    __slots__ = ("_keys", "_values")
+
+    def __init__(self, items: tp.Iterable[tuple[Path, tp.Any]], /, *, sort: bool = True
+                 ) -> None:
+        pairs = list(items.items() if isinstance(items, Mapping) else items)
+        if sort:
+            try:
+                pairs.sort(key=lambda kv: kv[0])
+            except TypeError:
+                pairs.sort(key=lambda kv: tuple((type(k).__name__, str(k)) for k in kv[0]))
+        self._keys = tuple(p for p, _ in pairs)
+        self._values = [v for _, v in pairs]
+
+    @staticmethod
+    def from_sorted_keys_values(keys: tuple[Path, ...], values: list[tp.Any], /) -> FlatState:
+        flat = object.__new__(FlatState)
+        flat._keys = tuple(keys)
+        flat._values = list(values)
+        return flat
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        return self._keys
+
+    @property
+    def leaves(self) -> list[tp.Any]:
+        return self._values
+
+    def __getitem__(self, index: tp.Any) -> tp.Any:  # type: ignore[override]
+        if isinstance(index, slice):
+            return FlatState.from_sorted_keys_values(self._keys[index], self._values[index])
+        return self._keys[index], self._values[index]
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __iter__(self) -> tp.Iterator[tuple[Path, tp.Any]]:
+        return iter(zip(self._keys, self._values))
+
+    def __repr__(self) -> str:
+        body = ",\n".join(f"  ({p!r}, {v!r})" for p, v in self)
+        return f"FlatState([\n{body}\n])" if body else "FlatState([])"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FlatState):
+            return NotImplemented
+        return self._keys == other._keys and all(
+            _leaf_equal(a, b) for a, b in zip(self._values, other._values))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def to_nested_state(self) -> State:
+        return from_flat_state(self)
+
+    def split(self, first: filterlib.Filter, /, *filters: filterlib.Filter
+              ) -> FlatState | tuple[FlatState, ...]:
+        """One FlatState per filter (first match wins); every leaf must match one."""
+        *parts, rest = _split_flat(self, (first, *filters))
+        if len(rest):
+            path, leaf = rest[0]
+            raise NNXFilterError(
+                f"/{'/'.join(map(str, path))}", "FlatState.split: Non-exhaustive filters, got a "
+                f"non-empty remainder: this leaf ({_describe(leaf)}) matches none of the filters "
+                f"{[first, *filters]!r}", "Add '...' as the last filter to take the rest.")
+        return parts[0] if len(parts) == 1 else tuple(parts)
+
+    def filter(self, first: filterlib.Filter, /, *filters: filterlib.Filter
+               ) -> FlatState | tuple[FlatState, ...]:
+        """One FlatState per filter; leaves matching none are dropped."""
+        *parts, _ = _split_flat(self, (first, *filters))
+        return parts[0] if len(parts) == 1 else tuple(parts)
+
+    @staticmethod
+    def merge(flat_state: tp.Iterable[tuple[Path, tp.Any]], /,
+              *flat_states: tp.Iterable[tuple[Path, tp.Any]]) -> FlatState:
+        """One sorted FlatState of all pairs (later ones win where paths repeat)."""
+        if not flat_states and isinstance(flat_state, FlatState):
+            return flat_state
+        merged: dict[Path, tp.Any] = {}
+        for fs in (flat_state, *flat_states):
+            merged.update(fs.items() if isinstance(fs, Mapping) else fs)
+        return FlatState(merged.items(), sort=True)
+
+
+def _split_flat(flat: FlatState, filters: tuple) -> list[FlatState]:
+    preds = filterlib.filters_to_predicates(filters)
+    buckets: list[list] = [[] for _ in range(len(preds) + 1)]
+    for path, leaf in flat:
+        for i, pred in enumerate(preds):
+            if pred(path, leaf):
+                buckets[i].append((path, leaf))
+                break
+        else:
+            buckets[-1].append((path, leaf))
+    return [FlatState(b, sort=False) for b in buckets]
+
+
+jax.tree_util.register_pytree_node(
+    FlatState,
+    lambda f: (f._values, f._keys),
+    lambda keys, values: FlatState.from_sorted_keys_values(keys, list(values)),
+)
+
+
+# -- statelib functions --------------------------------------------------------------------
+
+
+def to_flat_state(state: Mapping[Key, tp.Any]) -> FlatState:
+    """The State as a :class:`FlatState` sorted by path (empty sub-States dropped)."""
+    flat: dict[Path, tp.Any] = {}
+    _flatten_into(state, (), flat)
+    return FlatState(flat.items(), sort=True)
+
+
+def from_flat_state(flat_state: tp.Mapping[Path, tp.Any] | tp.Iterable[tuple[Path, tp.Any]],
+                    *, cls: type[State] = State) -> State:
+    """The nested State for ``(path, leaf)`` pairs (a FlatState, a dict or any iterable)."""
+    state = State.from_flat_path(flat_state)
+    return state if cls is State else cls(state._mapping)
+
+
+def map_state(f: tp.Callable[[Path, tp.Any], tp.Any], state: Mapping[Key, tp.Any]) -> State:
+    """A new State with each leaf replaced by ``f(path, leaf)``.
+
+    >>> from flaxen import nnx
+    >>> s = nnx.map_state(lambda p, v: v.get_value() * 2, nnx.State({'a': nnx.Param(1.0)}))
+    >>> s['a']
+    2.0
+    """
+    return from_flat_state((p, f(p, v)) for p, v in to_flat_state(state))
+
+
+def _extract(x: tp.Any) -> tp.Any:
+    if isinstance(x, Variable):
+        return x.get_value()
+    if isinstance(x, VariableState):
+        return x.value
+    return x
+
+
+def to_pure_dict(state: Mapping[Key, tp.Any],
+                 extract_fn: tp.Callable[[tp.Any], tp.Any] | None = None) -> dict[Key, tp.Any]:
+    """Nested plain dicts holding each leaf's value (Variables unwrapped), e.g. to checkpoint.
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> nnx.to_pure_dict(nnx.State({'layer': {'w': nnx.Param(jnp.ones(2))}}))
+    {'layer': {'w': Array([1., 1.], dtype=float32)}}
+    """
+    fn = _extract if extract_fn is None else extract_fn
+    root: dict[Key, tp.Any] = {}
+    for path, leaf in to_flat_state(state):
+        node = root
+        for k in path[:-1]:
+            node = node.setdefault(k, {})
+        node[path[-1]] = fn(leaf)
+    return root
+
+
+def _int_or_same(x: tp.Any) -> tp.Any:
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return x
+
+
+def restore_int_paths(pure_dict: Mapping[Key, tp.Any]) -> dict[Key, tp.Any]:
+    """Turns string keys that spell integers back into ints (checkpoints store list
+    indices such as ``layers/0`` as strings).
+
+    >>> from flaxen import nnx
+    >>> nnx.restore_int_paths({'layers': {'0': 1, 'w': 2}})
+    {'layers': {0: 1, 'w': 2}}
+    """
+    flat: dict[Path, tp.Any] = {}
+    _flatten_into(pure_dict, (), flat)
+    return _nested_dict((tuple(map(_int_or_same, p)), v) for p, v in flat.items())
+
+
+def _nested_dict(items: tp.Iterable[tuple[Path, tp.Any]]) -> dict[Key, tp.Any]:
+    root: dict[Key, tp.Any] = {}
+    for path, leaf in items:
+        node = root
+        for k in path[:-1]:
+            node = node.setdefault(k, {})
+        node[path[-1]] = leaf
+    return root
+
+
+def _replace_leaf(leaf: tp.Any, value: tp.Any) -> tp.Any:
+    if isinstance(leaf, (Variable, VariableState)):
+        return leaf.replace(value)
+    return value
+
+
+def replace_by_pure_dict(state: State, pure_dict: Mapping[Key, tp.Any],
+                         replace_fn: tp.Callable[[tp.Any, tp.Any], tp.Any] | None = None
+                         ) -> None:
+    """Puts ``pure_dict``'s values into ``state`` in place, keeping each leaf's Variable type
+    and metadata (string keys that spell list indices match integer paths).
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> s = nnx.State({'w': nnx.Param(jnp.ones(2))})
+    >>> nnx.replace_by_pure_dict(s, {'w': jnp.zeros(2)})
+    >>> type(s['w']).__name__, s['w'][...].tolist()
+    ('Param', [0.0, 0.0])
+    """
+    fn = _replace_leaf if replace_fn is None else replace_fn
+    current: dict[Path, tp.Any] = {}
+    _flatten_into(state, (), current)
+    new: dict[Path, tp.Any] = {}
+    _flatten_into(pure_dict, (), new)
+    for path, value in new.items():
+        key = path if path in current else tuple(map(_int_or_same, path))
+        if key not in current:
+            raise GraphStateMismatchError(
+                f"/{'/'.join(map(str, path))}",
+                "replace_by_pure_dict: this key of the pure dict is not in the State "
+                f"(the State's paths are {sorted(map(str, current))[:8]}...)",
+                "Build the pure dict with nnx.to_pure_dict from a State of the same model.")
+        current[key] = fn(current[key], value)
+    state.update(_nested_dict(current.items()))
+
+
+def filter_state(state: State, first: filterlib.Filter, /, *filters: filterlib.Filter
+                 ) -> State | tuple[State, ...]:
+    """``state.filter(...)`` as a function."""
+    return State(state).filter(first, *filters)
+
+
+def split_state(state: State, first: filterlib.Filter, /, *filters: filterlib.Filter
+                ) -> State | tuple[State, ...]:
+    """``state.split(...)`` as a function."""
+    return State(state).split(first, *filters)
+
+
+def merge_state(state: Mapping[Key, tp.Any], /, *states: Mapping[Key, tp.Any],
+                cls: type[State] = State) -> State:
+    """Union of States (later ones win where paths collide)."""
+    merged = State.merge(state, *states)
+    return merged if cls is State else cls(merged._mapping)
+
+
+def diff(state: Mapping[Key, tp.Any], other: Mapping[Key, tp.Any]) -> State:
+    """The part of ``state`` whose paths are not in ``other``.
+
+    >>> from flaxen import nnx
+    >>> a = nnx.State({'x': nnx.Param(1.0), 'y': nnx.Param(2.0)})
+    >>> list(nnx.statelib.diff(a, nnx.State({'x': nnx.Param(0.0)})))
+    ['y']
+    """
+    if not other:
+        return state if isinstance(state, State) else State(state)
+    drop = set(to_flat_state(other).paths)
+    return from_flat_state((p, v) for p, v in to_flat_state(state) if p not in drop)
