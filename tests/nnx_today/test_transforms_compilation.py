@@ -307,3 +307,18 @@ def test_split_merge_inputs_with_cond():
     general.split_inputs(jax.lax.cond)(True, inc, keep, counter)
     general.split_inputs(jax.lax.cond)(False, inc, keep, counter)
     assert int(counter.count.value) == 1
+
+
+def test_jit_sees_changes_to_mutable_containers_between_calls():
+    class Holder(nnx.Module):
+        def __init__(self):
+            self.d = nnx.data({"a": nnx.Param(jnp.array(1.0))})
+            self.items = nnx.data([nnx.Param(jnp.array(2.0))])
+
+    h = Holder()
+    f = nnx.jit(lambda h: h.d["a"].value + sum(p.value for p in h.items))
+    assert float(f(h)) == 3.0
+    h.d["a"] = nnx.Param(jnp.array(10.0))  # no attribute write on the module itself
+    assert float(f(h)) == 12.0
+    h.items.append(nnx.Param(jnp.array(5.0)))
+    assert float(f(h)) == 17.0
