@@ -289,3 +289,23 @@ def test_loop_and_scan_errors_hide_flaxen_frames():
         assert [f for f in frames if os.path.abspath(f.filename).startswith(flaxen_dir)] == []
     if not was_hiding:
         traceback_util.show_flax_in_tracebacks()
+
+
+@pytest.mark.parametrize("graph_updates", [True, False])
+def test_scan_variable_with_pytree_value_is_restacked(graph_updates):
+    class M(nnx.Module):
+        def __init__(self):
+            self.w = nnx.Param(jnp.ones((4, 3)))
+            self.cap = nnx.Intermediate({})
+
+    m = M()
+
+    @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry, graph_updates=graph_updates)
+    def f(m, x):
+        y = x * m.w[...]
+        m.cap.set_value({"data": (y,)})
+        return y
+
+    y = f(m, jnp.ones(3))
+    assert y.shape == (3,)
+    assert m.cap.get_value()["data"][0].shape == (4, 3)

@@ -166,11 +166,16 @@ def _is_array_like(x: tp.Any) -> bool:
 
 
 def _axis0(x: tp.Any, axis: int) -> tp.Any:
-    return x if axis == 0 else jnp.moveaxis(x, axis, 0)
+    # a Variable's value may be a pytree (e.g. the dict nnx.capture sows into)
+    if axis == 0:
+        return x
+    return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, axis, 0), x)
 
 
 def _from0(x: tp.Any, axis: int) -> tp.Any:
-    return x if axis == 0 else jnp.moveaxis(x, 0, axis)
+    if axis == 0:
+        return x
+    return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, axis), x)
 
 
 # -- the transform ---------------------------------------------------------------------------
@@ -427,15 +432,20 @@ def scan(
         n = length
         if n is None:
             for i in scan_idx:
-                n = np.shape(values[i])[axes[i]]
-                break
+                for a in jax.tree_util.tree_leaves(values[i]):
+                    n = np.shape(a)[axes[i]] if np.ndim(a) else None
+                    break
+                if n is not None:
+                    break
         if n is None:
             raise NNXArgumentError(
                 "length", "nnx.scan cannot tell how many steps to run: nothing is scanned",
                 "Pass length=... .")
         for i in scan_idx:
-            shape = np.shape(values[i])
-            if not shape or shape[axes[i]] != n:
+            for a in jax.tree_util.tree_leaves(values[i]):
+                shape = np.shape(a)
+                if shape and -len(shape) <= axes[i] < len(shape) and shape[axes[i]] == n:
+                    continue
                 raise NNXArgumentError(
                     eng.path_str(flat.paths[i]), f"nnx.scan: this input has shape {shape}, "
                     f"it cannot be scanned along axis {axes[i]} for {n} steps",
