@@ -44,7 +44,7 @@ from flaxen.nnx._variable_state import (
 __all__ = [
     "EMPTY", "MISSING", "BatchStat", "Cache", "Empty", "Intermediate", "Param", "Perturbation",
     "VarDefaults", "VarDefaultsContext", "Variable", "VariableMetadata", "VariableState",
-    "is_array_ref", "use_eager_sharding", "using_eager_sharding", "var_defaults",
+    "HijaxVariable", "is_array_ref", "use_eager_sharding", "using_eager_sharding", "var_defaults",
     "with_metadata", "_leaves_equal",
 ]
 
@@ -753,3 +753,7 @@ def with_metadata(
         )
 
     return wrapped
+
+
+# the hijax form (registers itself in _HIJAX); imported last: it subclasses Variable
+from flaxen.nnx._hijax import HijaxVariable  # noqa: E402

@@ -212,3 +212,49 @@ def test_old_face_variable_state_hides_required_metadata():
     assert back.get_metadata() == w.get_metadata()
     assert nnx.VariableState is nnx.Variable
     np.testing.assert_array_equal(back[...], w[...])
+
+
+# -- hijax Variables ---------------------------------------------------------------------------
+
+
+def test_hijax_variable_is_updated_in_place_by_jax_transforms():
+    v = nnx.Param(jnp.array(1.0), tag="t", hijax=True)
+    assert type(v) is nnx.variablelib.HijaxVariable and isinstance(v, nnx.Param)
+    assert not isinstance(v, nnx.BatchStat) and v.var_type is nnx.Param
+    assert not isinstance(v.get_raw_value(), jax.Ref)  # ref=False: reads as an array
+    assert v.get_metadata() == {"tag": "t", "hijax": True, "ref": False, "eager_sharding": True}
+
+    @jax.jit
+    def step(v, x):
+        v[...] += x
+        return v * 2
+
+    y = step(v, 2.0)
+    assert float(v[...]) == 3.0 and float(y) == 6.0
+
+    def loss(x):  # captured by closure inside jax.grad
+        v[...] = jax.lax.stop_gradient(x)
+        return x**2
+
+    assert float(jax.grad(loss)(jnp.array(4.0))) == 8.0 and float(v[...]) == 4.0
+    low = nnx.with_vars(v, hijax=False)
+    assert type(low) is nnx.Param and not low.hijax and float(low[...]) == 4.0
+
+
+def test_hijax_defaults_copy_and_filters():
+    with nnx.var_defaults(hijax=True):
+        v = nnx.BatchStat(jnp.zeros(2))
+    assert v.hijax and type(v) is nnx.variablelib.HijaxVariable
+    r = nnx.Variable(jnp.array(1)).copy(hijax=True, ref=True)
+    assert r.hijax and r.ref and isinstance(r.get_raw_value(), jax.Ref)
+    s = nnx.State({"a": v, "b": nnx.Param(jnp.ones(1))})
+    stats = s.filter(nnx.BatchStat)
+    assert list(stats) == ["a"]
+    d = nnx.Variable({"a": jnp.array(0)}, hijax=True)
+
+    @jax.jit
+    def inc(d):
+        d["a"] += 1
+
+    inc(d)
+    assert int(d["a"]) == 1
