@@ -69,7 +69,13 @@ def _branching(kind: str, selector: tp.Any, branches: tp.Sequence[tp.Callable],
 def cond(pred: tp.Any, true_fun: tp.Callable, false_fun: tp.Callable, *operands: tp.Any,
          graph: bool | None = None, graph_updates: bool | None = None) -> tp.Any:
     """``true_fun(*operands)`` if ``pred`` else ``false_fun(*operands)``, traced as a
-    ``jax.lax.cond`` (see the module docstring)."""
+    ``jax.lax.cond`` (see the module docstring).
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> nnx.cond(True, lambda a: a + 1, lambda a: a - 1, jnp.array(1))
+    Array(2, dtype=int32, weak_type=True)
+    """
     return _branching("cond", pred, (true_fun, false_fun), operands, graph, graph_updates)
 
 

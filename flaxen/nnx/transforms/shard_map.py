@@ -45,7 +45,18 @@ def shard_map(
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> tp.Any:
-    """Lifted ``jax.shard_map`` (see the module docstring)."""
+    """Lifted ``jax.shard_map`` (see the module docstring).
+
+    >>> import jax, jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> mesh = jax.sharding.Mesh(jax.devices()[:1], ('d',))
+    >>> count = nnx.Variable(jnp.array(0))
+    >>> @nnx.shard_map(mesh=mesh, in_specs=(jax.P(),), out_specs=jax.P())
+    ... def step(count):
+    ...     count[...] += 1
+    >>> step(count); int(count[...])
+    1
+    """
     graph, graph_updates = resolve_modes(graph, graph_updates)
     if f is _Missing:
         return functools.partial(shard_map, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
