@@ -393,10 +393,9 @@ def scan(
             trace["defs"] = fg.defs
             trace["order"] = order
             trace["jpos"] = jpos
-            trace["extra_paths"] = [fg.paths[k] for k in extra_k]
-            trace["extra_vars"] = [fg.leaves[k] for k in extra_k]
-            trace["ys_axes"] = ys_axes
-            trace["ys"] = ys
+            trace["extra_axes"] = _extra_axes([fg.paths[k] for k in extra_k],
+                                              [fg.leaves[k] for k in extra_k], ys, ys_axes,
+                                              in_axes)
             return ([new[pos_in[i]] for i in carry_idx],
                     ([new[pos_in[i]] for i in scan_idx], [new[k] for k in extra_k]))
 
@@ -451,7 +450,6 @@ def scan(
                     f"it cannot be scanned along axis {axes[i]} for {n} steps",
                     "Scan inputs whose axis has the scan's length, or broadcast it (None).")
         xs = [_axis0(values[i], axes[i]) for i in scan_idx]
-        n_leaves = len(values)
         carry_pos = next((i for i, a in enumerate(entries or ()) if a is Carry),
                          0 if in_axes is Carry else None)
         saved_meta = [dict(leaf._var_metadata) if isinstance(leaf, Variable) else None
@@ -481,7 +479,7 @@ def scan(
             final[i] = v
         for i, v in zip(scan_idx, s_out):
             final[i] = _from0(v, axes[i])
-        extra_axes = _extra_axes(trace, n_leaves, flat, entries, in_axes)
+        extra_axes = trace["extra_axes"]
         extra_final = iter([_from0(v, a) for v, a in zip(extra_out, extra_axes)])
         ordered = [final[j] if kind == "in" else next(extra_final)
                    for kind, j in trace["order"]]
@@ -554,14 +552,12 @@ def _check_refs(carry: tp.Any, built: dict, msg: str) -> None:
                 "Update the carried objects in place and return the same objects.")
 
 
-def _extra_axes(trace: dict, n_leaves: int, flat: Flat, entries: tp.Any, in_axes: tp.Any
+def _extra_axes(paths: list, leaves: list, ys: tp.Any, ys_axes: tp.Any, in_axes: tp.Any
                 ) -> list:
     """Stacking axis of each leaf that is not one of the inputs' leaves: leaves created in an
     input (e.g. ``sow``: per its StateAxes, default 0) and the outputs (per ``out_axes``)."""
-    paths = trace["extra_paths"]
-    leaves = trace["extra_vars"]
-    ys_axes = trace["ys_axes"]
-    out_axes_list = _stack_axes(trace["ys"], ys_axes) if ys_axes is not None else []
+    entries = in_axes if isinstance(in_axes, (tuple, list)) else None
+    out_axes_list = _stack_axes(ys, ys_axes) if ys_axes is not None else []
     res: list = []
     k = 0
     for p, leaf in zip(paths, leaves):
