@@ -18,18 +18,30 @@ from flaxen.nnx._vmap_scan import Jit, Remat, Scan, Vmap
 from flaxen.nnx.errors import TraceContextError
 from flaxen.nnx.filterlib import All, Any, Everything, Not, Nothing, OfType, PathContains, WithTag
 from flaxen.nnx.filterlib import PathIn as PathIn
-from flaxen.nnx.graph import (
+from flaxen.nnx.graph import GraphNode, UpdateContext
+from flaxen.nnx import graphlib as graphlib
+from flaxen.nnx import compat as compat
+from flaxen.nnx.graphlib import (
     GraphDef,
-    GraphNode,
-    UpdateContext,
+    as_pure,
+    call,
     clone,
+    find_duplicates,
+    flatten,
+    is_graph_node,
+    is_node,
+    iter_children,
+    iter_graph,
+    iter_modules,
     merge,
     pop,
+    recursive_map,
     split,
     state,
+    unflatten,
     update,
 )
-from flaxen.nnx.graph import graphdef as graphdef
+from flaxen.nnx.graphlib import graphdef as graphdef
 from flaxen.nnx.module import Dict, List, Module, Sequential
 from flaxen.nnx import pytreelib as pytreelib
 from flaxen.nnx.pytreelib import (

@@ -301,6 +301,12 @@ def unflatten(defs: tuple, leaves: tp.Sequence[tp.Any],
                 return leaf.value if type(leaf) is VariableState else leaf
             if type(leaf) is VariableState:
                 value, meta = leaf.value, leaf._var_metadata
+            elif isinstance(leaf, Variable):  # today's states hold the Variables: use them
+                var = reuse.get(d.index) if reuse else None
+                if var is None or var is leaf or type(var) is not type(leaf):
+                    built[d.index] = leaf
+                    return leaf
+                value, meta = leaf.raw_value, leaf._var_metadata
             else:
                 value, meta = leaf, None
             var = reuse.get(d.index) if reuse else None

@@ -1,0 +1,661 @@
+"""Today's graph API (``flax.nnx.graphlib``): split/merge/state/... with ``graph=``.
+
+``graph=True`` (graph mode, the default set by :func:`flaxen.nnx.set_graph_mode`) walks
+objects as a graph with the engine of :mod:`flaxen.nnx._graph_engine`: shared Variables and
+modules are kept shared, cycles are allowed. ``graph=False`` (tree mode) treats the object as
+a plain JAX pytree (``nnx.Pytree`` is registered as one) and rejects shared references.
+
+Unlike Flax 0.8.3's ``split`` (:mod:`flaxen.nnx.graph`, kept for
+``flaxen.experimental.nnx``), the State returned here holds the Variables themselves, and
+``merge`` puts the given Variables into the new object graph: no copies.
+
+>>> from flaxen import nnx
+>>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+>>> graphdef, state = nnx.split(model)
+>>> state['kernel'] is model.kernel
+True
+>>> nnx.merge(graphdef, state).kernel is model.kernel
+True
+"""
+
+from __future__ import annotations
+
+import typing as tp
+from collections.abc import Mapping
+
+import jax
+
+from flaxen.nnx import _graph_engine as eng
+from flaxen.nnx import _graphdef, filterlib
+from flaxen.nnx import graph as _legacy
+from flaxen.nnx._graph_node import GraphNode
+from flaxen.nnx._graphdef import NodeDef, NodeRef, VariableDef
+from flaxen.nnx._modes import set_graph_mode, set_graph_updates
+from flaxen.nnx.graph import (
+    PytreeType,
+    RefMap,
+    UpdateContext,
+    compose_mapping,
+    compose_mapping_reversed,
+    graph_update_static,
+    is_node,
+)
+from flaxen.nnx.state import FlatState, State
+from flaxen.nnx.variables import Variable
+
+__all__ = [
+    "FlatState", "GraphDef", "NodeDef", "NodeRef", "PytreeType", "RefMap", "TreeNodeDef",
+    "UpdateContext", "VariableDef", "call", "clone", "compose_mapping",
+    "compose_mapping_reversed", "find_duplicates", "flatten", "graph_update_static",
+    "graphdef", "is_graph_node", "is_node", "iter_children", "iter_graph", "iter_modules",
+    "merge", "pop", "recursive_map", "set_graph_mode", "set_graph_updates", "split", "state",
+    "unflatten", "update",
+]
+
+A = tp.TypeVar("A")
+Node = tp.TypeVar("Node")
+_MISSING = object()
+
+
+def _mode(graph: bool | None) -> bool:
+    return set_graph_mode.current_value() if graph is None else bool(graph)
+
+
+def is_graph_node(x: tp.Any) -> bool:
+    """True for objects walked as graph nodes (Modules, Pytrees, Rngs...)."""
+    return isinstance(x, GraphNode)
+
+
+# -- graph definitions ---------------------------------------------------------------------
+
+class GraphDef(_legacy.GraphDef[Node]):
+    """The static half of a graph-mode split (hashable, a pytree without leaves)."""
+
+    __slots__ = ()
+
+    @property
+    def nodes(self) -> tuple:
+        return self.defs
+
+    def merge(self, state: tp.Any, /, *states: tp.Any) -> Node:  # type: ignore[override]
+        return merge(self, state, *states)
+
+    def apply(self, state: tp.Any, /, *states: tp.Any) -> _legacy._ApplyCaller:
+        return _ApplyCaller(self, (state, *states))
+
+
+jax.tree_util.register_pytree_node(GraphDef, lambda g: ((), g), lambda g, _: g)
+
+
+class _ApplyCaller(_legacy._ApplyCaller):
+    __slots__ = ()
+
+    def _call(self, name: str | None, args: tuple, kwargs: dict) -> tuple:
+        node = merge(self._graphdef, *self._states)
+        fn = node if name is None else getattr(node, name)
+        out = fn(*args, **kwargs)
+        return out, split(node, graph=True)
+
+
+class TreeNodeDef:
+    """The root definition of a tree-mode split: the JAX treedef and the leaf paths."""
+
+    __slots__ = ("treedef", "paths", "_hash")
+
+    def __init__(self, treedef: tp.Any, paths: tuple) -> None:
+        self.treedef = treedef
+        self.paths = paths
+        self._hash = hash((treedef, paths))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TreeNodeDef) and self.treedef == other.treedef \
+            and self.paths == other.paths
+
+    def __repr__(self) -> str:
+        return f"TreeNodeDef({self.treedef})"
+
+
+class TreeGraphDef(tp.Generic[Node]):
+    """The static half of a tree-mode split (hashable, a pytree without leaves)."""
+
+    __slots__ = ("nodes",)
+
+    def __init__(self, nodedef: TreeNodeDef) -> None:
+        self.nodes = (nodedef,)
+
+    @property
+    def treedef(self) -> tp.Any:
+        return self.nodes[0].treedef
+
+    def __hash__(self) -> int:
+        return hash(self.nodes)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TreeGraphDef) and self.nodes == other.nodes
+
+    def __repr__(self) -> str:
+        return f"GraphDef({self.nodes[0]!r})"
+
+    def merge(self, state: tp.Any, /, *states: tp.Any) -> Node:
+        return merge(self, state, *states)
+
+    def apply(self, state: tp.Any, /, *states: tp.Any) -> _legacy._ApplyCaller:
+        return _ApplyCaller(self, (state, *states))  # type: ignore[arg-type]
+
+
+jax.tree_util.register_pytree_node(TreeGraphDef, lambda g: ((), g), lambda g, _: g)
+
+
+def _intern(new: eng.FlatGraph, old: eng.FlatGraph | None) -> None:
+    gd = GraphDef(new.defs)
+    if old is not None and old.graphdef == gd:
+        gd = old.graphdef
+    new.graphdef = gd
+
+
+_CACHE_KEY = object()  # keeps today's cached walks apart from the 0.8.3 face's
+
+
+def _walk(node: tp.Any) -> eng.FlatGraph:
+    return eng.flatten_cached((node, _CACHE_KEY), _intern2)
+
+
+def _intern2(new: eng.FlatGraph, old: eng.FlatGraph | None) -> None:
+    new.defs = new.defs[:1]
+    _intern(new, old)
+
+
+# -- tree mode -----------------------------------------------------------------------------
+
+def _key(k: tp.Any) -> tp.Any:
+    for attr in ("name", "key", "idx"):
+        if hasattr(k, attr):
+            return getattr(k, attr)
+    return str(k)
+
+
+def _path_str(path: tuple) -> str:
+    return "/" + "/".join(map(str, path))
+
+
+def _tree_leaf(x: tp.Any) -> bool:
+    return isinstance(x, Variable) or (isinstance(x, GraphNode) and not _is_pytree(x))
+
+
+def _is_pytree(x: tp.Any) -> bool:
+    return getattr(type(x), "_pytree__is_pytree", False)
+
+
+def _check_tree(node: tp.Any) -> None:
+    """Rejects shared Variables / nodes (and cycles) and non-pytree graph nodes."""
+    seen: dict[int, tuple] = {}
+
+    def walk(x: tp.Any, path: tuple, stack: set) -> None:
+        if isinstance(x, (Variable, GraphNode)):
+            if id(x) in seen:
+                raise ValueError(
+                    f"Tree mode (graph=False) does not support shared references: the same "
+                    f"{type(x).__name__} was found at paths {_path_str(seen[id(x)])} and "
+                    f"{_path_str(path)}. Use graph=True (or nnx.compat) for graphs with "
+                    "shared Variables or Modules, or remove the sharing.")
+            seen[id(x)] = path
+            if isinstance(x, Variable):
+                return
+            if not _is_pytree(x):
+                raise ValueError(
+                    f"Tree mode (graph=False) needs pytrees, but the {type(x).__name__} "
+                    f"declared with pytree=False. Found at path {_path_str(path)}. Use "
+                    "graph=True, or make the class a pytree.")
+        if id(x) in stack:
+            return
+        kids, treedef = jax.tree_util.tree_flatten_with_path(
+            x, is_leaf=lambda y: y is not x)
+        if jax.tree_util.treedef_is_leaf(treedef) and not kids or (
+                len(kids) == 1 and kids[0][1] is x):
+            return
+        stack = stack | {id(x)}
+        for kp, child in kids:
+            walk(child, (*path, _key(kp[0])), stack)
+
+    walk(node, (), set())
+
+
+def _tree_flatten(node: tp.Any) -> tuple[TreeGraphDef, list, list]:
+    _check_tree(node)
+    with_path, treedef = jax.tree_util.tree_flatten_with_path(node, is_leaf=_tree_leaf)
+    paths = [tuple(_key(k) for k in kp) for kp, _ in with_path]
+    leaves = [leaf for _, leaf in with_path]
+    return TreeGraphDef(TreeNodeDef(treedef, tuple(paths))), paths, leaves
+
+
+# -- flatten / split -----------------------------------------------------------------------
+
+def flatten(node: tp.Any, /, *, with_paths: bool = True, ref_index: RefMap | None = None,
+            ref_outer_index: RefMap | None = None, graph: bool | None = None
+            ) -> tuple[tp.Any, tp.Any]:
+    """``(graphdef, FlatState of (path, leaf))``, or ``(graphdef, [leaf, ...])`` with
+    ``with_paths=False``. Leaves are the Variables themselves (and bare arrays).
+    ``ref_index`` (a :class:`RefMap`) receives ``object -> index`` of every shared object."""
+    if not _mode(graph):
+        gd, paths, leaves = _tree_flatten(node)
+    else:
+        fg = eng.flatten((node,)) if ref_index is not None else _walk(node)
+        if fg.graphdef is None:
+            _intern(fg, None)
+        gd, paths, leaves = fg.graphdef, fg.paths, fg.leaves
+        if ref_index is not None:
+            for i, obj in enumerate(fg.refs):
+                if obj not in ref_index:
+                    ref_index[obj] = i
+    if not with_paths:
+        return gd, list(leaves)
+    return gd, FlatState.from_sorted_keys_values(tuple(paths), list(leaves))
+
+
+def _nest(paths: tp.Sequence[tuple], leaves: tp.Sequence[tp.Any]) -> State:
+    root: dict = {}
+    for path, leaf in zip(paths, leaves):
+        d = root
+        for k in path[:-1]:
+            nxt = d.get(k)
+            if nxt is None:
+                nxt = d[k] = {}
+            d = nxt
+        d[path[-1]] = leaf
+    return _legacy._to_state(root)
+
+
+def _root_is_leaf(gd: tp.Any) -> bool:
+    d = gd.nodes[0]
+    if isinstance(d, TreeNodeDef):
+        return jax.tree_util.treedef_is_leaf(d.treedef)
+    return type(d) is VariableDef
+
+
+def _partition(paths: list, leaves: list, filters: tuple, exhaustive: bool) -> list[list]:
+    preds = filterlib.filters_to_predicates(filters)
+    buckets: list[list] = [[] for _ in preds]
+    for p, v in zip(paths, leaves):
+        for i, pred in enumerate(preds):
+            if pred(p, v):
+                buckets[i].append((p, v))
+                break
+        else:
+            if exhaustive:
+                raise ValueError(
+                    f"Non-exhaustive filters, got a non-empty remainder: the "
+                    f"{type(v).__name__} at {_path_str(p)} matches none of the filters "
+                    f"{list(filters)!r}. Add `...` as the last filter to collect the rest.")
+    return buckets
+
+
+def _states(gd: tp.Any, paths: list, leaves: list, filters: tuple, exhaustive: bool
+            ) -> tuple:
+    if _root_is_leaf(gd) and leaves:
+        if not filters:
+            return (leaves[0],)
+        buckets = _partition(paths, leaves, filters, exhaustive)
+        return tuple(b[0][1] if b else State({}) for b in buckets)
+    if not filters:
+        return (_nest(paths, leaves),)
+    buckets = _partition(paths, leaves, filters, exhaustive)
+    return tuple(_nest([p for p, _ in b], [v for _, v in b]) for b in buckets)
+
+
+def _split_parts(node: tp.Any, graph: bool | None) -> tuple[tp.Any, list, list]:
+    if not _mode(graph) or not (isinstance(node, Variable) or is_node(node)
+                                or isinstance(node, eng._ARRAYS)):
+        return _tree_flatten(node)
+    fg = _walk(node)
+    return fg.graphdef, fg.paths, fg.leaves
+
+
+def split(node: A, *filters: filterlib.Filter, graph: bool | None = None) -> tuple:
+    """``(graphdef, state)`` or ``(graphdef, state_1, ..., state_n)`` with filters (each
+    Variable goes to the first filter it matches; they must cover every Variable)."""
+    gd, paths, leaves = _split_parts(node, graph)
+    return (gd, *_states(gd, paths, leaves, filters, True))
+
+
+def state(node: tp.Any, *filters: filterlib.Filter, graph: bool | None = None) -> tp.Any:
+    """The node's State (of its Variables), or one State per filter."""
+    gd, paths, leaves = _split_parts(node, graph)
+    out = _states(gd, paths, leaves, filters, False)
+    return out[0] if len(out) == 1 else out
+
+
+def graphdef(node: tp.Any, /, *, graph: bool | None = None) -> tp.Any:
+    """The graph definition of ``node`` (what :func:`split` returns first)."""
+    return _split_parts(node, graph)[0]
+
+
+def variables(node: tp.Any, *filters: filterlib.Filter, graph: bool | None = None) -> tp.Any:
+    """Alias of :func:`state`: the Variables of ``node`` as a State."""
+    return state(node, *filters, graph=graph)
+
+
+# -- merge ---------------------------------------------------------------------------------
+
+def _flat_leaves(paths: tp.Sequence[tuple], states: tp.Sequence[tp.Any], what: str) -> list:
+    flat: dict = {}
+    for s in states:
+        if isinstance(s, FlatState) or (isinstance(s, list) and s and isinstance(s[0], tuple)):
+            flat.update((tuple(p), v) for p, v in s)
+        elif isinstance(s, Mapping):
+            _flatten_mapping(s, (), flat)
+    out = []
+    for p in paths:
+        v = flat.get(tuple(p), _MISSING)
+        if v is _MISSING:
+            raise ValueError(
+                f"nnx.{what}: Expected key for Variable but was not found in state: no "
+                f"entry at {_path_str(p)}. Pass the state(s) returned by nnx.split.")
+        out.append(v)
+    return out
+
+
+def _flatten_mapping(m: Mapping, prefix: tuple, out: dict) -> None:
+    for k, v in (m._mapping.items() if isinstance(m, State) else m.items()):
+        if isinstance(v, Mapping) and not isinstance(v, Variable):
+            _flatten_mapping(v, (*prefix, k), out)
+        else:
+            out[(*prefix, k)] = v
+
+
+def _as_variable(d: VariableDef, leaf: tp.Any) -> tp.Any:
+    if isinstance(leaf, Variable) or d.type is _graphdef.ArrayLeaf:
+        return leaf
+    return leaf  # a raw value or VariableState: the engine builds the Variable
+
+
+def merge(graphdef: tp.Any, state: tp.Any, /, *states: tp.Any) -> tp.Any:
+    """Builds the object graph of ``graphdef`` around the given Variables (used as they are;
+    raw values in pure dicts become new Variables)."""
+    all_states = (state, *states)
+    if isinstance(graphdef, TreeGraphDef):
+        nodedef = graphdef.nodes[0]
+        if _root_is_leaf(graphdef):
+            leaves = [_single_leaf(all_states)]
+        else:
+            leaves = _flat_leaves(nodedef.paths, all_states, "merge")
+        return nodedef.treedef.unflatten(leaves)
+    if not isinstance(graphdef, _graphdef.GraphDef):
+        raise TypeError(
+            f"nnx.merge expects a GraphDef first, got a {type(graphdef).__name__}. Pass the "
+            "graphdef returned by nnx.split.")
+    defs = graphdef.defs
+    if type(defs[0]) is VariableDef:
+        leaves = [_single_leaf(all_states)]
+    elif any(isinstance(s, FlatState) for s in all_states):
+        leaves = _flat_leaves([p for p, _ in _graphdef.var_def_paths(defs)], all_states,
+                              "merge")
+    else:
+        leaves = _legacy._leaves_from_states(defs, all_states, "merge")
+    return eng.unflatten(defs[:1], leaves)[0][0]
+
+
+def _single_leaf(states: tuple) -> tp.Any:
+    for s in reversed(states):
+        if not (isinstance(s, State) and len(s) == 0):
+            return s
+    return states[0]
+
+
+def unflatten(graphdef: tp.Any, state: tp.Any, /, *, index_ref: dict | None = None,
+              outer_index_outer_ref: dict | None = None, copy_variables: bool = False
+              ) -> tp.Any:
+    """:func:`merge` from a FlatState or list of leaves (checks the leaf count)."""
+    if isinstance(state, State):
+        state = state.flat_state() if hasattr(state, "flat_state") else state
+        if isinstance(state, dict):
+            state = list(state.items())
+    if isinstance(graphdef, TreeGraphDef):
+        n = len(graphdef.nodes[0].paths)
+    else:
+        n = len(_graphdef.var_defs(graphdef.defs))
+    leaves = [v for _, v in state] if isinstance(state, FlatState) or (
+        state and isinstance(state[0], tuple)) else list(state)
+    if len(leaves) != n:
+        raise ValueError(
+            f"Incorrect number of leaves: the graph definition has {n} leaves, the state "
+            f"{len(leaves)}. Pass the state that nnx.graphlib.flatten returned with it.")
+    if copy_variables:
+        leaves = [v.copy() if isinstance(v, Variable) else v for v in leaves]
+    if isinstance(graphdef, TreeGraphDef):
+        return graphdef.nodes[0].treedef.unflatten(leaves)
+    return eng.unflatten(graphdef.defs[:1], leaves, index_ref)[0][0]
+
+
+# -- update / pop / clone ------------------------------------------------------------------
+
+def update(node: tp.Any, state: tp.Any, /, *states: tp.Any) -> None:
+    """Writes the states' values (and metadata) into ``node``'s Variables, in place."""
+    if isinstance(node, Variable):
+        src = _single_leaf((state, *states))
+        if isinstance(src, Variable):
+            node.copy_from(src)
+        else:
+            node.value = src
+        return
+    flat = [s.to_nested_state() if isinstance(s, FlatState) else s for s in (state, *states)]
+    _legacy.update(node, *flat)
+
+
+def pop(node: tp.Any, *filters: filterlib.Filter) -> tp.Any:
+    """Removes the Variables matching ``filters`` from ``node``; returns them as States."""
+    if not filters:
+        raise ValueError("nnx.pop needs at least one filter saying which Variables to remove, "
+                         "e.g. nnx.pop(model, nnx.Intermediate).")
+    fg = eng.flatten((node,))
+    buckets = _partition(list(fg.paths), list(fg.leaves), filters, False)
+    states = tuple(_nest([p for p, _ in b], [v for _, v in b]) for b in buckets)
+    for b in buckets:
+        for p, _ in b:
+            _delete(node, p)
+    eng._EPOCH[0] += 1
+    return states[0] if len(states) == 1 else states
+
+
+def _delete(node: tp.Any, path: tuple) -> None:
+    parent = node
+    for k in path[:-1]:
+        parent = _child(parent, k)
+    k = path[-1]
+    if isinstance(parent, GraphNode):
+        name = str(k) if type(parent)._graph_int_keys else k
+        if name in parent.__dict__:
+            delattr(parent, name) if hasattr(type(parent), "_pytree__status") \
+                else parent.__dict__.pop(name)
+    elif isinstance(parent, (dict, list)) and (k in parent if isinstance(parent, dict)
+                                               else k < len(parent)):
+        del parent[k]
+
+
+def _child(x: tp.Any, k: tp.Any) -> tp.Any:
+    if isinstance(x, GraphNode):
+        return x.__dict__[str(k) if type(x)._graph_int_keys else k]
+    return x[k]
+
+
+def clone(node: A, /, *, graph: bool | None = None, variables: bool = True) -> A:
+    """A deep copy of ``node``: new Variables (and nodes), shared references kept shared."""
+    gd, paths, leaves = _split_parts(node, graph)
+    if variables:
+        leaves = [v.copy() if isinstance(v, Variable) else v for v in leaves]
+    if isinstance(gd, TreeGraphDef):
+        return gd.nodes[0].treedef.unflatten(leaves)
+    return eng.unflatten(gd.defs[:1], leaves)[0][0]
+
+
+# -- iteration -----------------------------------------------------------------------------
+
+def _node_items(x: tp.Any) -> list[tuple[tp.Any, tp.Any]]:
+    if isinstance(x, GraphNode):
+        d = x.__dict__
+        if type(x)._graph_int_keys:
+            return [(int(k) if k.isdigit() else k, d[k])
+                    for k in sorted(d, key=lambda k: (0, int(k)) if k.isdigit() else (1, k))]
+        return [(k, d[k]) for k in sorted(d)]
+    return eng.flatten_pytree(x)[0]
+
+
+def _is_walked(x: tp.Any) -> bool:
+    return isinstance(x, GraphNode) or eng.is_pytree_node(x)
+
+
+def iter_graph(node: tp.Any, /, *, graph: bool | None = None
+               ) -> tp.Iterator[tuple[tuple, tp.Any]]:
+    """``(path, value)`` for every node and leaf under ``node``, children before parents.
+    Graph nodes and Variables are visited once; arrays every time they occur."""
+    if not _mode(graph):
+        _check_tree(node)
+    seen: set[int] = set()
+
+    def walk(x: tp.Any, path: tuple) -> tp.Iterator:
+        if isinstance(x, (Variable, GraphNode)):
+            if id(x) in seen:
+                return
+            seen.add(id(x))
+        if _is_walked(x):
+            for k, v in _node_items(x):
+                yield from walk(v, (*path, k))
+        yield path, x
+
+    yield from walk(node, ())
+
+
+def iter_modules(module: tp.Any, /, *, graph: bool | None = None
+                 ) -> tp.Iterator[tuple[tuple, tp.Any]]:
+    """``(path, module)`` for every Module under ``module`` (children first)."""
+    from flaxen.nnx.module import Module
+
+    for path, x in iter_graph(module, graph=graph):
+        if isinstance(x, Module):
+            yield path, x
+
+
+def iter_children(node: tp.Any, /, *, graph: bool | None = None
+                  ) -> tp.Iterator[tuple[tp.Any, tp.Any]]:
+    """``(name, child)`` for the graph nodes held directly by ``node``."""
+    if not _mode(graph):
+        _check_tree(node)
+    seen: set[int] = set()
+    for k, v in _node_items(node):
+        if isinstance(v, GraphNode) and id(v) not in seen:
+            seen.add(id(v))
+            yield k, v
+
+
+iter_module_children = iter_children
+
+
+def recursive_map(f: tp.Callable[[tuple, tp.Any], tp.Any], node: tp.Any, /, *,
+                  graph: bool | None = None) -> tp.Any:
+    """Rebuilds ``node`` bottom-up, replacing every sub-node ``x`` (graph nodes, containers
+    and Variables) by ``f(path, x)``; shared objects are mapped once."""
+    if not _mode(graph):
+        _check_tree(node)
+    done: dict[int, tp.Any] = {}
+
+    def walk(x: tp.Any, path: tuple) -> tp.Any:
+        if id(x) in done:
+            return done[id(x)]
+        if isinstance(x, GraphNode):
+            done[id(x)] = x
+            for k, v in _node_items(x):
+                new = walk(v, (*path, k))
+                if new is not v:
+                    name = str(k) if type(x)._graph_int_keys else k
+                    x.__dict__[name] = new
+            out = f(path, x)
+            done[id(x)] = out
+            return out
+        if isinstance(x, Variable):
+            out = f(path, x)
+            done[id(x)] = out
+            return out
+        if eng.is_pytree_node(x):
+            items, treedef = eng.flatten_pytree(x)
+            new_items = [(k, walk(v, (*path, k))) for k, v in items]
+            rebuilt = treedef.unflatten([v for _, v in new_items])
+            return f(path, rebuilt)
+        return x
+
+    out = walk(node, ())
+    eng._EPOCH[0] += 1
+    return out
+
+
+def find_duplicates(node: tp.Any, /, *, only: filterlib.Filter = ...) -> list[list[tuple]]:
+    """Paths of every object (graph node or Variable) reachable along several paths: one
+    list of paths per such object."""
+    pred = filterlib.to_predicate(only)
+    found: dict[int, list] = {}
+    order: list[int] = []
+
+    def walk(x: tp.Any, path: tuple, stack: frozenset) -> None:
+        if isinstance(x, (Variable, GraphNode)):
+            if id(x) in found:
+                found[id(x)].append(path)
+                return
+            found[id(x)] = [path]
+            order.append(id(x))
+            if isinstance(x, Variable) or not pred(path, x) and False:
+                return
+        if _is_walked(x) and id(x) not in stack:
+            for k, v in _node_items(x):
+                walk(v, (*path, k), stack | {id(x)})
+
+    walk(node, (), frozenset())
+    return [found[i] for i in order if len(found[i]) > 1]
+
+
+# -- calls ---------------------------------------------------------------------------------
+
+class _Call:
+    __slots__ = ("_graphdef", "_state", "_names")
+
+    def __init__(self, graphdef: tp.Any, state: tp.Any, names: tuple = ()) -> None:
+        self._graphdef = graphdef
+        self._state = state
+        self._names = names
+
+    def __getattr__(self, name: str) -> _Call:
+        return _Call(self._graphdef, self._state, (*self._names, name))
+
+    def __getitem__(self, key: tp.Any) -> _Call:
+        return _Call(self._graphdef, self._state, (*self._names, ("item", key)))
+
+    def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tuple:
+        node = merge(self._graphdef, self._state)
+        fn = node
+        for n in self._names:
+            fn = fn[n[1]] if isinstance(n, tuple) else getattr(fn, n)
+        out = fn(*args, **kwargs)
+        return out, split(node, graph=isinstance(self._graphdef, GraphDef))
+
+
+def call(graphdef_state: tuple[tp.Any, tp.Any], /) -> tp.Any:
+    """``nnx.call((graphdef, state)).method(*args)`` -> ``(out, (graphdef, new_state))``:
+    runs a method on the merged object and splits it again (a pure-function form)."""
+    graphdef_, state_ = graphdef_state
+    return _Call(graphdef_, state_)
+
+
+def as_pure(tree: A) -> A:
+    """``tree`` with every Variable replaced by its value."""
+    return jax.tree_util.tree_map(
+        lambda x: x.get_value() if isinstance(x, Variable) and hasattr(x, "get_value")
+        else (x.value if isinstance(x, Variable) else x),
+        tree, is_leaf=lambda x: isinstance(x, Variable))
+
+
+# private names Flax's tests reach for
+_flatten_pytree = eng.flatten_pytree
+_unflatten_pytree = eng.unflatten_pytree
+NodeDef = NodeDef
+NodeRef = NodeRef
+VariableDef = VariableDef
