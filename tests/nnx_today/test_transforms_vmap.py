@@ -231,3 +231,12 @@ def test_prefix_shapes_per_mode_and_jax_vmap():
     assert y.shape == (4, 3)
     y2 = nnx.vmap(lambda m, x: m(x), in_axes=(tree, None), graph=False)(stacked, jnp.ones((2,)))
     np.testing.assert_allclose(y, y2, rtol=1e-6)
+
+
+@pytest.mark.parametrize("graph_updates", [True, False])
+def test_returning_a_captured_module_is_refused(graph_updates):
+    m = nnx.Dict(a=nnx.Variable(jnp.arange(4)))
+    f = nnx.vmap(lambda x: m, graph=True, graph_updates=graph_updates)
+    msg = "different trace level" if graph_updates else "Cannot return captured Variable"
+    with pytest.raises(ValueError, match=msg):
+        f(jnp.zeros((4,)))

@@ -28,6 +28,7 @@ Array([0., 2., 4.], dtype=float32)
 
 from __future__ import annotations
 
+import functools
 import typing as tp
 
 import jax
@@ -94,6 +95,52 @@ def _check_aliasing_out(inner: _lift.Inner, out: tp.Any, fn_name: str) -> None:
             "graph_updates=True.")
 
 
+def _closure_objects(f: tp.Callable) -> list:
+    """Graph nodes and Variables ``f`` holds in its closure cells or reads as globals."""
+    while isinstance(f, functools.partial):
+        f = f.func
+    found = []
+    for cell in getattr(f, "__closure__", None) or ():
+        try:
+            found.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            continue
+    code = getattr(f, "__code__", None)
+    glb = getattr(f, "__globals__", None)
+    if code is not None and glb is not None:
+        found.extend(glb[n] for n in code.co_names if n in glb)
+    return [x for x in found if _lift.is_node(x)]
+
+
+def _check_captured(f: tp.Callable, inner: _lift.Inner, out: tp.Any, fn_name: str,
+                    full: bool) -> None:
+    """An output that is (or holds) a graph node or Variable captured by ``f``'s closure
+    (created outside, not passed as an argument) cannot come out of the transform."""
+    _, _, _, nodes = _lift._split_nodes(out)
+    if not nodes:
+        return
+    held = _closure_objects(f)
+    if not held:
+        return
+    from flaxen.nnx import _graph_engine as eng
+
+    outer = {id(o) for o in eng.flatten(held).refs}
+    for obj in eng.flatten(nodes).refs:
+        if id(obj) in outer and id(obj) not in inner.outer_of:
+            kind = type(obj).__name__
+            if full:
+                msg = (f"nnx.{fn_name}: Cannot extract graph node from different trace level: "
+                       f"the output holds a {kind} the function captured from outside (it "
+                       "was neither created inside nor passed as an argument)")
+            else:
+                msg = (f"nnx.{fn_name}: Cannot return captured Variable (or graph node) of "
+                       f"type {kind}: the function captured it from outside instead of "
+                       "receiving it as an argument")
+            raise NNXTransformError(
+                "", msg, "Pass it as an argument of the transform, or return a copy "
+                "(nnx.clone).")
+
+
 def _check_no_shared_vars(lift: _lift.Lift, fn_name: str) -> None:
     """Tree mode: a Variable reached twice among the inputs is refused, naming its type."""
     if lift.flat is None:
@@ -142,6 +189,7 @@ def mapped_call(f: tp.Callable, args: tuple, kwargs: dict, *, fn_name: str, in_p
         if inner_hook is not None:
             inner_hook(inner.leaf_objs(), value_pre)
         out = f(*args_in, **kwargs_in)
+        _check_captured(f, inner, out, fn_name, full)
         if full:
             new_values, out_leaves, ostatic = _lift.exit(inner, out)
             lift.out = ostatic
