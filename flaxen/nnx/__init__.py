@@ -114,6 +114,7 @@ from flaxen.nnx.transforms import eval_shape, grad, jit, value_and_grad
 from flaxen.nnx.transforms import (  # today's compilation/autodiff/general faces
     DiffState,
     StateSharding,
+    cached_partial,
     checkify,
     custom_vjp,
     jit_partial,

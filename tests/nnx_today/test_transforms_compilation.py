@@ -322,3 +322,25 @@ def test_jit_sees_changes_to_mutable_containers_between_calls():
     assert float(f(h)) == 12.0
     h.items.append(nnx.Param(jnp.array(5.0)))
     assert float(f(h)) == 17.0
+
+
+def test_cached_partial_shares_variables_and_reuses_copies():
+    m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    f = nnx.cached_partial(nnx.jit(lambda c, m: c), m)
+    c = f(m)
+    assert c is not m and c.kernel is m.kernel and f(m) is c
+    with pytest.raises(ValueError, match="graph-mode-only"):
+        nnx.cached_partial(lambda m: m, m, graph_updates=False)
+
+
+def test_grad_of_a_state_argument_differentiates_its_variables():
+    m = nnx.Dict(a=nnx.Param(jnp.array(1.0)), b=nnx.BatchStat(jnp.array(2.0)))
+    graphdef, stats, rest = nnx.split(m, nnx.BatchStat, ...)
+
+    @nnx.grad
+    def f(stats, rest):
+        inner = nnx.merge(graphdef, stats, rest)
+        return inner.a.value * inner.b.value
+
+    grads = f(stats, rest)
+    assert float(grads["b"].value) == 1.0

@@ -13,11 +13,12 @@ from flaxen.nnx.transforms.autodiff import (
     value_and_grad,
     vjp,
 )
-from flaxen.nnx.transforms.compilation import StateSharding, jit, jit_partial
+from flaxen.nnx.transforms.compilation import StateSharding, cached_partial, jit, jit_partial
 from flaxen.nnx.transforms.legacy import remat
 from flaxen.nnx.transforms.transforms import PrefixMapping, checkify, eval_shape, make_jaxpr
 
 __all__ = [
-    "DiffState", "PrefixMapping", "StateSharding", "checkify", "custom_vjp", "eval_shape",
-    "grad", "jit", "jit_partial", "jvp", "make_jaxpr", "remat", "value_and_grad", "vjp",
+    "DiffState", "PrefixMapping", "StateSharding", "cached_partial", "checkify", "custom_vjp",
+    "eval_shape", "grad", "jit", "jit_partial", "jvp", "make_jaxpr", "remat", "value_and_grad",
+    "vjp",
 ]

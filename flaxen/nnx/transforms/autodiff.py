@@ -127,7 +127,9 @@ def _diff_positions(lift: _lift.Lift, layout: _Layout, nums: tuple, filters: dic
             if type(defs[r]) is NodeRef:
                 continue
             rng = layout.root_values[r]
-            if graph_updates:
+            # the filter picks among a graph node's Variables; a Variable passed directly
+            # (alone or in a State / pytree) is differentiated unless a DiffState says not
+            if graph_updates and (n in filters or type(defs[r]) is not VariableDef):
                 pred = filterlib.to_predicate(filters.get(n, Param))
                 vpos.extend(i for i in rng if pred(paths[i], objs[i]))
             else:

@@ -40,7 +40,7 @@ from flaxen.nnx.transforms.transforms import (
     resolve_modes,
 )
 
-__all__ = ["JitWrapped", "StateSharding", "jit", "jit_partial"]
+__all__ = ["JitWrapped", "StateSharding", "cached_partial", "jit", "jit_partial"]
 
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
 
@@ -487,3 +487,38 @@ def jit_partial(
         backend=backend, inline=inline, graph=graph, graph_updates=graph_updates,
     )
     return _make(fun, tuple(partial_args), kwargs)
+
+
+def cached_partial(f: tp.Callable[..., tp.Any], *cached_args: tp.Any, graph: bool | None = None,
+                   graph_updates: bool | None = None) -> tp.Callable[..., tp.Any]:
+    """``functools.partial(f, *cached_args)`` where each graph node among ``cached_args`` is
+    replaced by a copy that shares its Variables (graph mode with graph updates only).
+
+    The copies are fixed objects, so a transform's cached walk of them stays valid from call
+    to call while their Variables (shared with the originals) carry the state.
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> f = nnx.cached_partial(nnx.jit(lambda m, x: m(x)), m)
+    >>> f(jnp.ones((1, 2))).shape
+    (1, 3)
+    """
+    from flaxen.nnx import _graph_engine as eng
+    from flaxen.nnx.variables import Variable
+
+    g, gu = resolve_modes(graph, graph_updates)
+    if not (g and gu):
+        raise NNXTransformError(
+            "", "cached_partial is a graph-mode-only API and requires graph_updates=True.",
+            "Pass graph=True, graph_updates=True (or use nnx.compat.cached_partial); in "
+            "tree mode use nnx.jit_partial.")
+    leaves, treedef = jax.tree_util.tree_flatten(cached_args, is_leaf=_lift.is_node)
+    pos = [i for i, x in enumerate(leaves) if _lift.is_node(x)]
+    if pos:
+        fg = eng.flatten([leaves[i] for i in pos])
+        shared = {i: o for i, o in enumerate(fg.refs) if isinstance(o, Variable)}
+        copies, _ = eng.unflatten(fg.defs, fg.values(), shared)
+        for i, c in zip(pos, copies):
+            leaves[i] = c
+    return functools.partial(f, *treedef.unflatten(leaves))
