@@ -339,3 +339,18 @@ def test_bridge_attr_priority_picks_the_shared_submodule_name():
     variables = Top().init(0, jnp.ones((1, 3)))
     assert list(variables["params"]) == ["zzz"]
     np.testing.assert_allclose(Top().apply(variables, jnp.ones((1, 3))), jnp.full((1, 2), 3.0))
+
+
+def test_bridge_setup_submodule_written_without_setattr_gets_its_variables():
+    # a transform in setup (e.g. nnx.compat.vmap) writes the new submodule back into the
+    # parent's graph without going through the parent's __setattr__
+    class Parent(bridge.Module):
+        def setup(self):
+            vars(self)["inner"] = _Dense(2)
+
+        def __call__(self, x):
+            return self.inner(x)
+
+    variables = {"params": {"inner": {"w": jnp.full((3, 2), 2.0)}}}
+    np.testing.assert_allclose(Parent().apply(variables, jnp.ones((1, 3))),
+                               jnp.full((1, 2), 6.0))

@@ -125,6 +125,14 @@ def _maybe_call_setup(module: tp.Any) -> None:
         setup(module)
     finally:
         MODULE_CONTEXT.module_stack.pop()
+    # submodules a transform wrote back (not through setattr on this object) take their
+    # waiting variables now
+    pending = _PENDING.get(module)
+    if pending:
+        for name in list(pending):
+            value = module.__dict__.get(name)
+            if isinstance(value, GraphNode):
+                _bind(module, value, name)
 
 
 def _load(module: GraphNode, state: tp.Mapping) -> None:
