@@ -28,6 +28,7 @@ from __future__ import annotations
 import typing as tp
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from flaxen.nnx import _trace, variables
@@ -105,7 +106,8 @@ class HijaxVariable(Variable):
     def get_value(self, *, index: tp.Any = MISSING) -> tp.Any:
         raw = self.raw_value
         if is_array_ref(raw):
-            value = raw[... if index is MISSING else index]
+            # Refs index like arrays only for basic slices: read, then index the array
+            value = raw[...] if index is MISSING or index is Ellipsis else raw[...][index]
         else:
             value = _values(raw)
             if index is not MISSING and not (index is Ellipsis
@@ -128,7 +130,10 @@ class HijaxVariable(Variable):
                 value = hook(self, value)
         raw = self.raw_value
         if is_array_ref(raw):
-            raw[... if index is MISSING else index] = value
+            if index is MISSING or index is Ellipsis:
+                self._write_whole(raw, value)
+            else:
+                raw[index] = value
             return
         if index is MISSING or index is Ellipsis:
             old, new = jax.tree_util.tree_flatten(raw), jax.tree_util.tree_flatten(value)
@@ -143,6 +148,18 @@ class HijaxVariable(Variable):
             slot[...] = value
         else:
             raw[index] = _refs(value)
+
+    def _write_whole(self, ref: tp.Any, value: tp.Any) -> None:
+        if isinstance(value, (bool, int, float, complex)):  # weakly typed: keep the dtype
+            value = jnp.asarray(value, ref.dtype)
+        shape, dtype = jnp.shape(value), jnp.result_type(value)
+        if shape == ref.shape and dtype == ref.dtype:
+            ref[...] = value
+        elif not isinstance(ref, jax.core.Tracer):
+            # outside a trace the value may take any shape or dtype: a fresh Ref holds it
+            object.__setattr__(self, "raw_value", jax.new_ref(value))
+        else:  # inside a trace the Ref's type is fixed: broadcast and cast into it
+            ref[...] = jnp.broadcast_to(jnp.asarray(value, ref.dtype), ref.shape)
 
     def copy(self, value: tp.Any = MISSING, *, _copy_ref: bool = True, **updates: tp.Any
              ) -> tp.Any:

@@ -76,6 +76,7 @@ def map_variables(node: A, fn: tp.Callable[[Path, Variable], tp.Any]) -> A:
                 return memo[id(x)]
             new = new_node(type(x))
             memo[id(x)] = new
+            _copy_slots(x, new)
             new_dict = vars(new)
             for key, child in vars(x).items():
                 new_dict[key] = rebuild(child, (*path, key))
@@ -86,6 +87,23 @@ def map_variables(node: A, fn: tp.Callable[[Path, Variable], tp.Any]) -> A:
         return x
 
     return rebuild(node, ())
+
+
+_SKIP_SLOTS = frozenset({"__dict__", "__weakref__", "_nnx_trace"})
+
+
+def _copy_slots(src: tp.Any, dst: tp.Any) -> None:
+    # bookkeeping kept in slots (e.g. a Pytree's data/static status) travels with the copy
+    for cls in type(src).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name in _SKIP_SLOTS:
+                continue
+            try:
+                value = object.__getattribute__(src, name)
+            except AttributeError:
+                continue
+            object.__setattr__(dst, name, value)
 
 
 def _duplicates(node: tp.Any, predicate: filterlib.Predicate) -> list[list[Path]]:

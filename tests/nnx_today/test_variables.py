@@ -258,3 +258,39 @@ def test_hijax_defaults_copy_and_filters():
 
     inc(d)
     assert int(d["a"]) == 1
+
+
+def test_hijax_indexing_and_whole_value_writes():
+    b = nnx.Param(jnp.zeros(4), hijax=True)
+    assert b[None].shape == (1, 4) and b[1:3].shape == (2,)
+    x = nnx.Variable(jnp.array(1.0), hijax=True)
+    x[...] = 5  # a Python scalar keeps the Variable's dtype
+    assert x[...].dtype == jnp.float32 and float(x[...]) == 5.0
+    x[...] = jnp.ones(3)  # outside a trace the value may change shape
+    assert x[...].shape == (3,)
+
+    @jax.jit
+    def set_all(x, a):
+        x[...] = a  # inside a trace it is broadcast into the Ref
+
+    set_all(x, 2.0)
+    assert x[...].tolist() == [2.0, 2.0, 2.0]
+
+
+def test_with_vars_keeps_a_pytree_data_status():
+    class Params(nnx.Pytree):
+        def __init__(self):
+            self.w = nnx.Param(jnp.zeros((2, 3)))
+            self.count = nnx.Variable(jnp.array(0))
+
+    p = nnx.with_vars(Params(), ref=True)
+    paths = [path for path, _ in jax.tree_util.tree_flatten_with_path(p)[0]]
+    assert paths == [(jax.tree_util.GetAttrKey("count"), jax.tree_util.GetAttrKey("value")),
+                     (jax.tree_util.GetAttrKey("w"), jax.tree_util.GetAttrKey("value"))]
+
+    @jax.jit
+    def count(p):
+        p.count[...] += 1
+
+    count(p)
+    assert int(p.count[...]) == 1
