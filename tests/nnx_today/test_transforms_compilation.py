@@ -344,3 +344,19 @@ def test_grad_of_a_state_argument_differentiates_its_variables():
 
     grads = f(stats, rest)
     assert float(grads["b"].value) == 1.0
+
+
+def test_jit_refs_in_and_out():
+    r = jax.new_ref(jnp.array(1.0))
+
+    @nnx.jit
+    def f(r):
+        r[...] += 1.0
+        return jax.new_ref(jnp.array(10.0)), r
+
+    new, same = f(r)
+    assert same is r and float(r[...]) == 2.0
+    assert isinstance(new, jax.Ref) and float(new[...]) == 10.0
+    with nnx.var_defaults(hijax=True):
+        abstract = nnx.eval_shape(lambda: nnx.Linear(1, 2, rngs=nnx.Rngs(0)))
+    assert abstract.kernel.shape == (1, 2)

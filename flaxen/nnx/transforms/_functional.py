@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import typing as tp
 
+import jax
+
 from flaxen.errors import NNXTransformError
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import _lift
@@ -172,3 +174,44 @@ def finish(lift: _lift.Lift, fo: FnOut, new_values: tp.Sequence[tp.Any],
     if update:
         write_back(lift, new_values)
     return build_output(fo, out_values, out_leaves)
+
+
+# -- jax.Ref values: they go into a traced function but cannot come out of one ----------------
+
+_Ref = getattr(jax, "Ref", None)
+
+
+def has_refs(*seqs: tp.Sequence[tp.Any]) -> bool:
+    return _Ref is not None and any(isinstance(x, _Ref) for s in seqs for x in s)
+
+
+def unref(seqs: tuple[list, ...], inputs: tuple[tp.Sequence[tp.Any], ...]) -> tuple:
+    """Inside a trace: every ``jax.Ref`` in ``seqs`` replaced by its value, or by None when it
+    is one of the ``inputs`` (JAX already applies writes to an input Ref). Returns the new
+    lists and the static plan ``((seq, pos, source), ...)`` that :func:`reref` undoes;
+    ``source`` is ``(input seq, input pos)`` or None for a Ref created inside."""
+    where = {id(x): (k, i) for k, s in enumerate(inputs) for i, x in enumerate(s)
+             if isinstance(x, _Ref)}
+    out = []
+    plan = []
+    for k, seq in enumerate(seqs):
+        seq = list(seq)
+        for i, x in enumerate(seq):
+            if isinstance(x, _Ref):
+                src = where.get(id(x))
+                plan.append((k, i, src))
+                seq[i] = None if src is not None else x[...]
+        out.append(seq)
+    return tuple(out), tuple(plan)
+
+
+def reref(seqs: tuple[list, ...], plan: tuple, inputs: tuple[tp.Sequence[tp.Any], ...],
+          make_refs: bool = True) -> tuple:
+    """Outside: input Refs put back (the same objects), new ones created from their values."""
+    seqs = tuple(list(s) for s in seqs)
+    for k, i, src in plan:
+        if src is not None:
+            seqs[k][i] = inputs[src[0]][src[1]]
+        elif make_refs:
+            seqs[k][i] = jax.new_ref(seqs[k][i])
+    return seqs

@@ -212,6 +212,36 @@ jax.tree_util.register_pytree_node(
 )
 
 
+class _RefOut:
+    """A jitted result whose ``jax.Ref`` values were taken out (see ``_functional.unref``)."""
+
+    __slots__ = ("res", "plan")
+
+    def __init__(self, res: tp.Any, plan: tuple) -> None:
+        self.res = res
+        self.plan = plan
+
+
+jax.tree_util.register_pytree_node(
+    _RefOut, lambda o: ((o.res,), o.plan), lambda plan, ch: _RefOut(ch[0], plan))
+
+
+def _ref_fields(res: tp.Any) -> tuple[str, ...]:
+    return ("new", "out_values", "out_leaves") if type(res) is _FnJitOut \
+        else ("values", "out_leaves")
+
+
+def _take_refs(res: tp.Any, values: list, leaves: list) -> tp.Any:
+    fields = _ref_fields(res)
+    seqs = tuple(getattr(res, f) for f in fields)
+    if not _functional.has_refs(*seqs):
+        return res
+    seqs, plan = _functional.unref(seqs, (values, leaves))
+    for f, seq in zip(fields, seqs):
+        setattr(res, f, seq)
+    return _RefOut(res, plan)
+
+
 class JitWrapped(legacy.JitWrapped):
     """The callable today's ``nnx.jit`` returns (see :func:`jit`)."""
 
@@ -245,7 +275,7 @@ class JitWrapped(legacy.JitWrapped):
             res = super()._inner(static, values, leaves, *donated)
             if per_value is not None and any(s is not None for s in per_value):
                 self._constrain_updates(static, per_value, res)
-            return res
+            return _take_refs(res, values, leaves)
         leaves = list(leaves)
         for i, x in zip(static.extra[1], donated):
             leaves[i] = x
@@ -258,7 +288,7 @@ class JitWrapped(legacy.JitWrapped):
         if per_value is not None:
             new = [_constrain(x, s) for x, s in zip(new, per_value)]
         out_leaves, fo, out_values = _functional.split_output(inner, out, "jit")
-        return _FnJitOut(fo, new, out_values, out_leaves)
+        return _take_refs(_FnJitOut(fo, new, out_values, out_leaves), values, leaves)
 
     @staticmethod
     def _constrain_updates(static: _lift.InStatic, per_value: list, res: tp.Any) -> None:
@@ -300,7 +330,15 @@ class JitWrapped(legacy.JitWrapped):
                 args, kwargs, leaves, lift)
         return lift, values, leaves, donate_idx
 
-    def _finish(self, lift: _lift.Lift, res: tp.Any) -> tp.Any:
+    def _finish(self, lift: _lift.Lift, res: tp.Any, values: list | None = None,
+                leaves: list | None = None) -> tp.Any:
+        if type(res) is _RefOut:
+            plan, res = res.plan, res.res
+            fields = _ref_fields(res)
+            seqs = _functional.reref(tuple(getattr(res, f) for f in fields), plan,
+                                     (values or [], leaves or []))
+            for f, seq in zip(fields, seqs):
+                setattr(res, f, seq)
         if type(res) is _FnJitOut:
             return _functional.finish(lift, res.fo, res.new, res.out_values, res.out_leaves)
         return lift.finish(res.aux, res.values, res.out_leaves)
@@ -319,7 +357,7 @@ class JitWrapped(legacy.JitWrapped):
             res = fn(lift.static, values, leaves, *donated)
         else:
             res = self._default(lift.static, values, leaves)
-        return self._finish(lift, res)
+        return self._finish(lift, res, values, leaves)
 
     def lower(self, *args: tp.Any, **kwargs: tp.Any) -> Lowered:
         lift, values, leaves, _ = self._prepare(args, kwargs)
@@ -328,6 +366,8 @@ class JitWrapped(legacy.JitWrapped):
     def eval_shape(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         lift, values, leaves, _ = self._prepare(args, kwargs)
         res = jax.eval_shape(functools.partial(self._inner, lift.static), values, leaves)
+        if type(res) is _RefOut:
+            res = res.res
         if type(res) is _FnJitOut:
             return _functional.build_output(res.fo, res.out_values, res.out_leaves)
         return lift.finish(res.aux, res.values, res.out_leaves, update_inputs=False)
@@ -362,7 +402,7 @@ class Compiled:
 
     def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         lift, values, leaves, _ = self.wrapped._prepare(args, kwargs)
-        return self.wrapped._finish(lift, self.compiled(values, leaves))
+        return self.wrapped._finish(lift, self.compiled(values, leaves), values, leaves)
 
     def as_text(self) -> str | None:
         return self.compiled.as_text()

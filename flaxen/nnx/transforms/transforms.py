@@ -100,7 +100,13 @@ def eval_shape(f: tp.Callable[..., tp.Any], *args: tp.Any, graph: bool | None = 
     graph, graph_updates = resolve_modes(graph, graph_updates)
     lift = _lift.Lift(args, kwargs)
     if graph and graph_updates:
-        values, out_leaves = jax.eval_shape(lift.pure(f), lift.values, lift.leaves)
+        inner = lift.pure(f)
+
+        def pure_values(values: list, leaves: list) -> tuple:
+            out = inner(values, leaves)
+            return _functional.unref(out, ())[0] if _functional.has_refs(*out) else out
+
+        values, out_leaves = jax.eval_shape(pure_values, lift.values, lift.leaves)
         return lift.finish(lift.out, values, out_leaves, update_inputs=False)
     _functional.check_no_shared(lift.static, "eval_shape")
     box: list = []
@@ -109,7 +115,8 @@ def eval_shape(f: tp.Callable[..., tp.Any], *args: tp.Any, graph: bool | None = 
         new, out_values, out_leaves, fo = _functional.run(
             lift.static, f, values, leaves, "eval_shape")
         box.append(fo)
-        return out_values, out_leaves
+        out = (out_values, out_leaves)
+        return _functional.unref(out, ())[0] if _functional.has_refs(*out) else out
 
     out_values, out_leaves = jax.eval_shape(pure, lift.values, lift.leaves)
     return _functional.build_output(box[0], out_values, out_leaves)
