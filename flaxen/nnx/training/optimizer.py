@@ -42,6 +42,7 @@ except ImportError:  # pragma: no cover - before pytreelib exists
 M = tp.TypeVar("M")
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
 _VARS = (Variable, VariableState)
+_Ref: tp.Any = getattr(jax, "Ref", ())
 
 
 class OptState(Variable):
@@ -94,7 +95,8 @@ def as_pure(tree: tp.Any) -> tp.Any:
 
     def pure(x: tp.Any) -> tp.Any:
         if _is_var(x):
-            return x.value
+            value = x.value
+            return value[...] if isinstance(value, _Ref) else value  # read a mutable array
         if isinstance(x, State):
             return {k: as_pure(v) for k, v in x.raw_mapping.items()}
         return x
@@ -212,9 +214,41 @@ class Optimizer(Module, tp.Generic[M]):
         if isinstance(model, State):
             _update_state(model, new_params)
         else:
-            _graph.update(model, _rebuild(params_state, new_params))
+            _write_back(model, new_params)
         self.step.value = self.step.value + 1
         return updates
+
+
+def _flat_dict(tree: tp.Mapping, prefix: tuple = ()) -> dict:
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, tp.Mapping):
+            out.update(_flat_dict(v, (*prefix, k)))
+        else:
+            out[(*prefix, k)] = v
+    return out
+
+
+def _write_back(model: tp.Any, values: tp.Mapping) -> None:
+    """Sets the model's own Variables (through ``set_value``, so a Variable whose value lives
+    in a ``jax.Ref`` is written in place) from the nested dict ``values``."""
+    flat = _flat_dict(values)
+    for path, obj in _graph.iter_graph(model):
+        if isinstance(obj, Variable) and path in flat:
+            obj.value = flat.pop(path)
+    if flat:  # paths the walk did not reach (should not happen): fall back to nnx.update
+        _graph.update(model, _rebuild(_graph.state(model, lambda p, _: p in flat),
+                                      _nest(flat)))
+
+
+def _nest(flat: dict) -> dict:
+    out: dict = {}
+    for path, v in flat.items():
+        d = out
+        for k in path[:-1]:
+            d = d.setdefault(k, {})
+        d[path[-1]] = v
+    return out
 
 
 def _update_state(state: State, values: tp.Mapping) -> None:
