@@ -360,3 +360,11 @@ flax_always_shard_variable = bool_flag(
 flax_hijax_variable = bool_flag(
     "flax_hijax_variable", default=False,
     help="Accepted for compatibility with Flax 0.12; flaxen ignores it.")
+nnx_graph_mode = bool_flag(
+    "nnx_graph_mode", default=True,
+    help="Default of NNX's graph= switch: True walks Modules as graphs (shared references "
+    "kept), False as plain pytrees.")
+nnx_graph_updates = bool_flag(
+    "nnx_graph_updates", default=True,
+    help="Default of NNX transforms' graph_updates= switch (structural changes made inside "
+    "propagate out).")

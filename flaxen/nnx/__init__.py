@@ -26,6 +26,7 @@ from flaxen.nnx.graphlib import (
     as_pure,
     call,
     clone,
+    GraphState,
     find_duplicates,
     flatten,
     is_graph_node,
@@ -33,13 +34,18 @@ from flaxen.nnx.graphlib import (
     iter_children,
     iter_graph,
     iter_modules,
+    map,
     merge,
     pop,
     recursive_map,
     split,
     state,
     unflatten,
+    unpack,
     update,
+    view,
+    view_info,
+    with_attributes,
 )
 from flaxen.nnx.graphlib import graphdef as graphdef
 from flaxen.nnx.module import Dict, List, Module, Sequential

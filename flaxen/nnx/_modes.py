@@ -19,6 +19,8 @@ import functools
 import threading
 import typing as tp
 
+from flaxen.configurations import config
+
 
 class _Stacks(threading.local):
     def __init__(self) -> None:
@@ -45,7 +47,12 @@ class _ModeSetting:
     @classmethod
     def current_value(cls) -> bool:
         stack = cls._stack()
-        return stack[-1] if stack else cls._default
+        if stack:
+            return stack[-1]
+        try:  # the process-wide default: config flag nnx_<key>
+            return bool(config._read("nnx_" + cls._key))
+        except LookupError:
+            return cls._default
 
     def __enter__(self) -> _ModeSetting:
         return self

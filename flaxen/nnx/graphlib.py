@@ -178,7 +178,7 @@ def _key(k: tp.Any) -> tp.Any:
 
 
 def _path_str(path: tuple) -> str:
-    return "/" + "/".join(map(str, path))
+    return "/" + "/".join(str(k) for k in path)
 
 
 def _tree_leaf(x: tp.Any) -> bool:
@@ -371,10 +371,22 @@ def _as_variable(d: VariableDef, leaf: tp.Any) -> tp.Any:
     return leaf  # a raw value or VariableState: the engine builds the Variable
 
 
-def merge(graphdef: tp.Any, state: tp.Any, /, *states: tp.Any) -> tp.Any:
+class _NoState:
+    pass
+
+
+_NO_STATE = _NoState()
+
+
+def merge(graphdef: tp.Any, state: tp.Any = _NO_STATE, /, *states: tp.Any) -> tp.Any:
     """Builds the object graph of ``graphdef`` around the given Variables (used as they are;
     raw values in pure dicts become new Variables)."""
-    all_states = (state, *states)
+    if isinstance(graphdef, GraphState):
+        graphdef, all_states = _merge_graph_states((graphdef, state, *states)
+                                                   if not isinstance(state, _NoState)
+                                                   else (graphdef, *states))
+    else:
+        all_states = (state, *states)
     if isinstance(graphdef, TreeGraphDef):
         nodedef = graphdef.nodes[0]
         if _root_is_leaf(graphdef):
@@ -440,7 +452,8 @@ def update(node: tp.Any, state: tp.Any, /, *states: tp.Any) -> None:
         else:
             node.value = src
         return
-    flat = [s.to_nested_state() if isinstance(s, FlatState) else s for s in (state, *states)]
+    flat = [s.to_nested_state() if isinstance(s, FlatState)
+            else (s._state if isinstance(s, GraphState) else s) for s in (state, *states)]
     _legacy.update(node, *flat)
 
 
@@ -659,3 +672,196 @@ _unflatten_pytree = eng.unflatten_pytree
 NodeDef = NodeDef
 NodeRef = NodeRef
 VariableDef = VariableDef
+
+
+# -- map / unpack --------------------------------------------------------------------------
+
+def map(f: tp.Callable[[tuple, tp.Any], tp.Any], node: A, /, *, graph: bool | None = None,  # noqa: A001
+        recreate_variables: bool = True) -> A:
+    """A new ``node`` whose Variables are ``f(path, variable)``: a returned Variable is used
+    as is, another value becomes a Variable of the same type and metadata (or stays a plain
+    value with ``recreate_variables=False``)."""
+    if not recreate_variables:
+        gd, paths, leaves = _tree_flatten(node)
+    else:
+        gd, paths, leaves = _split_parts(node, graph)
+    new = []
+    for p, v in zip(paths, leaves):
+        out = f(p, v)
+        if recreate_variables and isinstance(v, Variable) and not isinstance(out, Variable):
+            out = v.replace(out)
+        new.append(out)
+    if isinstance(gd, TreeGraphDef):
+        return gd.nodes[0].treedef.unflatten(new)
+    return eng.unflatten(gd.defs[:1], new)[0][0]
+
+
+class GraphState(Mapping):
+    """A State bundled with its GraphDef (what :func:`unpack` returns): ``nnx.merge`` takes
+    GraphStates alone, and it is a pytree with the same paths as its State."""
+
+    __slots__ = ("_graphdef", "_state")
+
+    def __init__(self, graphdef: tp.Any, state: State) -> None:
+        object.__setattr__(self, "_graphdef", graphdef)
+        object.__setattr__(self, "_state", state)
+
+    def __getitem__(self, key: tp.Any) -> tp.Any:
+        return self._state[key]
+
+    def __setitem__(self, key: tp.Any, value: tp.Any) -> None:
+        self._state[key] = value
+
+    def __delitem__(self, key: tp.Any) -> None:
+        del self._state[key]
+
+    def __iter__(self) -> tp.Iterator[tp.Any]:
+        return iter(self._state)
+
+    def __len__(self) -> int:
+        return len(self._state)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._state
+
+    def __getattr__(self, name: str) -> tp.Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._state, name)
+
+    def __setattr__(self, name: str, value: tp.Any) -> None:
+        setattr(self._state, name, value)
+
+    def __repr__(self) -> str:
+        return f"GraphState({self._state!r})"
+
+
+def _gs_flatten_with_keys(gs: GraphState) -> tuple[list, tuple]:
+    s = gs._state
+    kids, treedef = jax.tree_util.tree_flatten_with_path(s, is_leaf=lambda y: y is not s)
+    return [(kp[0], v) for kp, v in kids], (gs._graphdef, treedef)
+
+
+def _gs_flatten(gs: GraphState) -> tuple[list, tuple]:
+    s = gs._state
+    kids, treedef = jax.tree_util.tree_flatten(s, is_leaf=lambda y: y is not s)
+    return kids, (gs._graphdef, treedef)
+
+
+def _gs_unflatten(aux: tuple, children: tp.Iterable[tp.Any]) -> GraphState:
+    return GraphState(aux[0], aux[1].unflatten(list(children)))
+
+
+jax.tree_util.register_pytree_with_keys(GraphState, _gs_flatten_with_keys, _gs_unflatten,
+                                        flatten_func=_gs_flatten)
+
+
+def unpack(node: tp.Any, *filters: filterlib.Filter, graph: bool | None = None) -> tp.Any:
+    """Like :func:`split`, but each State comes back bundled with the GraphDef as a
+    :class:`GraphState`, so ``nnx.merge(*states)`` needs nothing else."""
+    gd, *states = split(node, *filters, graph=graph)
+    out = tuple(GraphState(gd, s) for s in states)
+    return out[0] if len(out) == 1 else out
+
+
+def _merge_graph_states(states: tuple) -> tuple[tp.Any, tuple]:
+    gd = states[0]._graphdef
+    plain = []
+    for s in states:
+        if not isinstance(s, GraphState):
+            raise ValueError(
+                f"nnx.merge: Expected GraphState objects after a GraphState, got a "
+                f"{type(s).__name__}. Pass only what nnx.unpack returned, or use "
+                "nnx.merge(graphdef, *states).")
+        if s._graphdef != gd:
+            raise ValueError(
+                "nnx.merge: the GraphDef must be the same for every GraphState; these come "
+                "from different objects. Merge the GraphStates of one nnx.unpack call.")
+        plain.append(s._state)
+    return gd, tuple(plain)
+
+
+# -- views ---------------------------------------------------------------------------------
+
+def _shallow_copy(node: A, graph: bool | None) -> A:
+    """New node objects around the same Variables."""
+    gd, paths, leaves = _split_parts(node, graph)
+    if isinstance(gd, TreeGraphDef):
+        return gd.nodes[0].treedef.unflatten(leaves)
+    return eng.unflatten(gd.defs[:1], leaves)[0][0]
+
+
+def with_attributes(node: A, /, *, only: filterlib.Filter = ..., raise_if_not_found: bool = True,
+                    graph: bool | None = None, **attributes: tp.Any) -> A:
+    """A copy of ``node`` (sharing its Variables) whose Modules matching ``only`` have
+    ``attributes`` set where they already have them (``node`` itself is unchanged)."""
+    new = _shallow_copy(node, graph)
+    pred = filterlib.to_predicate(only)
+    remaining = set(attributes)
+    for path, module in iter_modules(new, graph=graph):
+        if not pred(path, module):
+            continue
+        for name, value in attributes.items():
+            if hasattr(module, name):
+                setattr(module, name, value)
+                remaining.discard(name)
+    if remaining and raise_if_not_found:
+        raise ValueError(
+            f"Could not find at least one instance of the following attributes: "
+            f"{sorted(remaining)}; no Module selected by only={only!r} has them. Check the "
+            "names, or pass raise_if_not_found=False.")
+    return new
+
+
+def view(node: A, /, *, only: filterlib.Filter = ..., raise_if_not_found: bool = True,
+         graph: bool | None = None, **kwargs: tp.Any) -> A:
+    """A copy of ``node`` (sharing its Variables) in another mode: each Module matching
+    ``only`` gets the keyword arguments its ``set_view`` method accepts (or, without such a
+    method, the attributes it already has), e.g. ``nnx.view(model, deterministic=True)``."""
+    import inspect
+
+    new = _shallow_copy(node, graph)
+    pred = filterlib.to_predicate(only)
+    used: set[str] = set()
+    for path, module in iter_modules(new, graph=graph):
+        if not pred(path, module):
+            continue
+        set_view = getattr(module, "set_view", None)
+        if callable(set_view):
+            params = inspect.signature(set_view).parameters
+            accepted = {k: v for k, v in kwargs.items() if k in params}
+            if accepted:
+                set_view(**accepted)
+                used.update(accepted)
+            continue
+        for name, value in kwargs.items():
+            if hasattr(module, name):
+                setattr(module, name, value)
+                used.add(name)
+    unused = sorted(set(kwargs) - used)
+    if unused and raise_if_not_found:
+        raise ValueError(
+            f"Unused keys found in nnx.view: {unused}; no selected Module takes them. Check "
+            "the names, or pass raise_if_not_found=False.")
+    return new
+
+
+def view_info(node: tp.Any, /, *, only: filterlib.Filter = ..., graph: bool | None = None
+              ) -> str:
+    """Which keyword arguments :func:`view` accepts for the Modules of ``node``."""
+    import inspect
+
+    pred = filterlib.to_predicate(only)
+    lines: list[str] = []
+    seen: set[type] = set()
+    for path, module in iter_modules(node, graph=graph):
+        if not pred(path, module) or type(module) in seen:
+            continue
+        set_view = getattr(module, "set_view", None)
+        if not callable(set_view):
+            continue
+        seen.add(type(module))
+        params = [p for p in inspect.signature(set_view).parameters if p != "self"]
+        lines.append(f"{type(module).__name__}:")
+        lines.extend(f"  {p}" for p in params)
+    return "\n".join(lines)
