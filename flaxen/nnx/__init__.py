@@ -48,7 +48,7 @@ from flaxen.nnx.graphlib import (
     with_attributes,
 )
 from flaxen.nnx.graphlib import graphdef as graphdef
-from flaxen.nnx.module import Dict, List, Module, Sequential
+from flaxen.nnx.module import Dict, List, Module, Sequential, capture
 from flaxen.nnx import pytreelib as pytreelib
 from flaxen.nnx.pytreelib import (
     Data,

@@ -67,10 +67,10 @@ class Module(Pytree):
         Inside :func:`flaxen.nnx.capture` the value goes to the capture instead.
         """
         variable_type = _variable_type(variable_type)
-        captures = self.__dict__.get("__captures__")
+        captures = _CAPTURES.get(id(self)) if _CAPTURES else None
         if captures is not None:
-            for store in captures:
-                if type(store) is variable_type:
+            for vt, store in captures:
+                if vt is variable_type:
                     store[name] = reduce_fn(store[name] if name in store else init_fn(), value)
                     return True
             return False
@@ -100,13 +100,14 @@ class Module(Pytree):
 
             variable_type = getattr(_v, "Perturbation", Intermediate)
         variable_type = _variable_type(variable_type)
-        captures = self.__dict__.get("__captures__")
+        captures = _CAPTURES.get(id(self)) if _CAPTURES else None
         if captures is not None:
-            for store in captures:
-                if type(store) is variable_type:
+            for vt, store in captures:
+                if vt is variable_type:
                     if name not in store:
                         store[name] = jax.tree.map(jnp.zeros_like, value)
-                    return store[name] + value
+                    old = store[name]
+                    return (old.value if isinstance(old, Variable) else old) + value
             return value
         if name in self.__dict__:
             var = self.__dict__[name]
@@ -173,14 +174,88 @@ class Module(Pytree):
         return module_repr(self)
 
 
+# id(module) -> ((variable type, {name: value}), ...) while nnx.capture runs
+_CAPTURES: dict[int, tuple] = {}
+
+
+def capture(fn: tp.Any, *var_types: type[Variable], init: tp.Any = None,
+            method_outputs: type[Variable] | None = None) -> tp.Callable[..., tuple]:
+    """Wraps ``fn`` (a Module, a bound Module method, or a function whose first argument is
+    a Module) so that calling it returns ``(output, captured)``: what its Modules
+    :meth:`~Module.sow` (and :meth:`~Module.perturb`) for ``var_types``, as a State nested by
+    module path (one State per type when several are given). ``init`` seeds the stores,
+    e.g. with the perturbations of an earlier capture."""
+    if method_outputs is not None and method_outputs not in var_types:
+        var_types = (*var_types, method_outputs)
+
+    def run(*args: tp.Any, **kwargs: tp.Any) -> tuple:
+        from flaxen.nnx.graphlib import iter_modules
+        from flaxen.nnx.state import State
+
+        root = fn if isinstance(fn, Module) else getattr(fn, "__self__", None)
+        if not isinstance(root, Module):
+            root = next((a for a in args if isinstance(a, Module)), None)
+        modules = list(iter_modules(root, graph=True)) if root is not None else []
+        installed = []
+        for path, m in modules:
+            if id(m) in _CAPTURES:
+                continue
+            seed = _lookup(init, path)
+            stores = tuple((vt, {k: (v.value if isinstance(v, Variable) else v)
+                                 for k, v in seed.items() if not _is_mapping(v)})
+                           for vt in var_types)
+            _CAPTURES[id(m)] = stores
+            installed.append((path, m, stores))
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            for _, m, _ in installed:
+                _CAPTURES.pop(id(m), None)
+        results = []
+        for vt in var_types:
+            root_dict: dict = {}
+            for path, _, stores in installed:
+                store = dict(stores)[vt]
+                if not store:
+                    continue
+                d = root_dict
+                for k in path:
+                    d = d.setdefault(k, {})
+                for k, v in store.items():
+                    d[k] = vt(v)
+            results.append(_to_state(root_dict, State))
+        return out, (results[0] if len(results) == 1 else tuple(results))
+
+    return run
+
+
+def _is_mapping(x: tp.Any) -> bool:
+    return isinstance(x, MutableMapping) or isinstance(x, dict)
+
+
+def _lookup(init: tp.Any, path: tuple) -> tp.Any:
+    d = init
+    for k in path:
+        if d is None:
+            return {}
+        try:
+            d = d[k]
+        except (KeyError, TypeError, IndexError):
+            return {}
+    return d if d is not None and hasattr(d, "items") else {}
+
+
+def _to_state(d: dict, state_cls: type) -> tp.Any:
+    return state_cls({k: _to_state(v, state_cls) if type(v) is dict else v
+                      for k, v in d.items()})
+
+
 def _variable_type(t: tp.Any) -> type:
     if isinstance(t, str):
-        from flaxen.nnx import variables as _v
 
-        by_name = getattr(_v, "variable_type_from_name", None)
-        if by_name is not None:
-            return by_name(t, allow_register=True)
-        raise SowTypeError("", f"unknown Variable type name {t!r}; pass the Variable class")
+        from flaxen.nnx._variable_names import variable_type_from_name
+
+        return variable_type_from_name(t, allow_register=True)
     return t
 
 
