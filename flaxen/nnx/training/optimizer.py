@@ -130,6 +130,12 @@ def _filtered_state(node: tp.Any, wrt: filterlib.Filter) -> State:
     return _graph.state(node, wrt)
 
 
+def _like(template: State, values: tp.Mapping) -> State:
+    """``values`` (nested dicts of arrays) in the State nesting of ``template``."""
+    return State._from_raw({k: _like(v, values[k]) if isinstance(v, State) else values[k]
+                            for k, v in template.raw_mapping.items()})
+
+
 def _rebuild(template: State, values: tp.Mapping) -> State:
     out = {}
     for k, v in template.raw_mapping.items():
@@ -216,7 +222,7 @@ class Optimizer(Module, tp.Generic[M]):
         else:
             _write_back(model, new_params)
         self.step.value = self.step.value + 1
-        return updates
+        return _like(params_state, updates)
 
 
 def _flat_dict(tree: tp.Mapping, prefix: tuple = ()) -> dict:
