@@ -33,6 +33,7 @@ from flaxen.nnx._var_defaults import (
     using_eager_sharding,
     var_defaults,
 )
+from flaxen.nnx._var_defaults import _current as _default_mode
 from flaxen.nnx._variable_ops import ArrayOps
 from flaxen.nnx._variable_state import (
     VariableState,
@@ -126,9 +127,17 @@ MISSING: tp.Any = _Missing()
 _DEFAULT_REQUIRED = {"hijax": False, "ref": False, "eager_sharding": True}
 
 
+_REF_TYPE: type = jax.Ref
+_TRACER_TYPE: type = jax.core.Tracer
+
+
 def is_array_ref(x: tp.Any) -> bool:
     """Whether ``x`` is a ``jax.Ref`` (a mutable array), concrete or traced."""
-    return isinstance(x, jax.Ref)
+    # jax.Ref's metaclass check costs microseconds (it imports per call): test the concrete
+    # class directly and pay the full check only for tracers
+    if type.__instancecheck__(_REF_TYPE, x):
+        return True
+    return isinstance(x, _TRACER_TYPE) and isinstance(x, _REF_TYPE)
 
 
 def _check_hooks_free(value: tp.Any) -> None:
@@ -229,10 +238,10 @@ class Variable(ArrayOps, tp.Generic[A], metaclass=VariableMeta):
         ):
             if hooks:
                 metadata[name] = metadata.get(name, ()) + _as_hooks(hooks)
-        if hijax is None or ref is None:
-            defaults = var_defaults()
-            hijax = defaults.hijax if hijax is None else hijax
-            ref = defaults.ref if ref is None else ref
+        if hijax is None:
+            hijax = _default_mode("hijax")
+        if ref is None:
+            ref = _default_mode("ref")
         if eager_sharding is None:
             eager_sharding = using_eager_sharding()
         if ref:
