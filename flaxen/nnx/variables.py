@@ -505,6 +505,11 @@ class Variable(ArrayOps, tp.Generic[A], metaclass=VariableMeta):
     def __jax_array__(self) -> tp.Any:
         return self.get_value()
 
+    def __array__(self, dtype: tp.Any = None, copy: bool | None = None) -> tp.Any:
+        import numpy as np
+
+        return np.asarray(self.get_value(), dtype=dtype)
+
     __hash__ = object.__hash__  # identity: a Variable is a mutable object in the graph
 
     # -- copies and states ----------------------------------------------------------------

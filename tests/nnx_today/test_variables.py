@@ -294,3 +294,9 @@ def test_with_vars_keeps_a_pytree_data_status():
 
     count(p)
     assert int(p.count[...]) == 1
+
+
+def test_numpy_reads_a_variable_as_its_array():
+    p = nnx.Param(jnp.arange(3.0))
+    np.testing.assert_allclose(np.asarray(p), [0.0, 1.0, 2.0])
+    assert np.asarray(p, np.int32).dtype == np.int32
