@@ -35,7 +35,7 @@ iter_children = functools.partial(_graphlib.iter_children, **_GRAPH_ONLY)
 _LAZY: dict[str, tuple[str, str, dict]] = {
     "view": ("flaxen.nnx.graphlib", "view", _GRAPH_ONLY),
     "view_info": ("flaxen.nnx.graphlib", "view_info", _GRAPH_ONLY),
-    "cached_partial": ("flaxen.nnx.graphlib", "cached_partial", _BOTH),
+    "cached_partial": ("flaxen.nnx", "cached_partial", _BOTH),
     "split_rngs": ("flaxen.nnx", "split_rngs", _BOTH),
     "fork_rngs": ("flaxen.nnx", "fork_rngs", _BOTH),
     "reseed": ("flaxen.nnx", "reseed", _GRAPH_ONLY),
