@@ -189,7 +189,9 @@ class CustomVjp:
             new = _functional.input_values(inner, vals)
             out_leaves, fo, out_values = _functional.split_output(inner, out, "custom_vjp")
             box["fo"] = fo
-            box["updated"] = [i for i in plan.diff_v if new[i] is not vals[i]]
+            changed = {i for i, (a, b) in enumerate(zip(new, vals)) if a is not b}
+            box["changed"] = changed
+            box["updated"] = [i for i in plan.diff_v if i in changed]
             return (new, out_values, out_leaves), res, vals
 
         @jax.custom_vjp
@@ -220,7 +222,14 @@ class CustomVjp:
             new_values, out_leaves = outs
             return lift.finish(box["aux"], new_values, out_leaves)
         new, out_values, out_leaves = outs
-        return _functional.finish(lift, box["fo"], new, out_values, out_leaves)
+        # write back only what the function changed: the primitive's outputs are fresh
+        # tracers even for untouched Variables, which would look like updates one level up
+        changed = box["changed"]
+        objs = lift.leaf_objs
+        for i in changed:
+            if hasattr(objs[i], "raw_value"):
+                object.__setattr__(objs[i], "raw_value", new[i])
+        return _functional.build_output(box["fo"], out_values, out_leaves)
 
     # -- bwd adapters -------------------------------------------------------------------------
 
