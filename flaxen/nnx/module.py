@@ -496,6 +496,8 @@ class Sequential(Module):
         self.layers = List(layers)
 
     def __call__(self, *args: tp.Any, rngs: tp.Any = None, **kwargs: tp.Any) -> tp.Any:
+        if not self.layers:  # identity: one argument, the arguments, the keywords, or None
+            return args[0] if len(args) == 1 else args if args else kwargs or None
         out: tp.Any = args
         first = True
         for layer in self.layers:

@@ -270,3 +270,9 @@ def test_helpers_module_paths():
 
     assert helpers.TrainState is nnx.TrainState
     assert helpers.Sequential is nnx.Sequential
+
+
+def test_empty_sequential_is_identity():
+    iden = nnx.Sequential()
+    assert iden(12) == 12 and iden(12, 23) == (12, 23)
+    assert iden() is None and iden(k=2) == {"k": 2}
