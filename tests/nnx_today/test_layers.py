@@ -225,3 +225,21 @@ def test_legacy_norms_do_not_promote():
     same = nnx.LayerNorm(3, dtype=jnp.float16, promote_dtype=lambda t, **kw: t,
                          rngs=nnx.Rngs(0))
     _same(same(x), want)
+
+
+def test_out_sharding_on_an_explicit_mesh():
+    from jax.sharding import AxisType
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((1,), ("X",), axis_types=(AxisType.Explicit,))
+    with jax.set_mesh(mesh):
+        emb = nnx.Embed(8, 4, rngs=nnx.Rngs(0))
+        ids = jax.sharding.reshard(jnp.arange(4), P("X"))
+        assert emb(ids, out_sharding=P("X")).shape == (4, 4)
+        q = jax.sharding.reshard(jnp.ones((2, 4)), P("X", None))
+        assert emb.attend(q, out_sharding=P("X", None)).shape == (2, 8)
+        y = nnx.Dropout(0.5, rngs=nnx.Rngs(0))(q)
+        assert "X" in str(jax.typeof(y))
+        kv = jax.sharding.reshard(jnp.ones((2, 3, 1, 4)), P("X"))
+        qq = jax.sharding.reshard(jnp.ones((2, 3, 2, 4)), P("X"))
+        assert nnx.dot_product_attention(qq, kv, kv).shape == (2, 3, 2, 4)

@@ -47,6 +47,12 @@ __all__ = [
 ]
 
 
+def _explicit(sharding: tp.Any) -> bool:
+    """Whether ``sharding`` lives on a mesh with explicit axes (then ops need out_sharding)."""
+    mesh = getattr(sharding, "mesh", None)
+    return bool(getattr(mesh, "explicit_axes", ()))
+
+
 class _IntermediateSink:
     """Lets the shared attention math sow its weights into an NNX module.
 
@@ -91,7 +97,10 @@ def _group_heads(fn: str, query: Array, kv: Array, name: str) -> Array:
             f"{fn}: Query heads ({q_heads}) must be a multiple of {name} heads ({kv_heads}) "
             "for grouped-query attention; give the projections head counts that divide."
         )
-    return jnp.repeat(kv, q_heads // kv_heads, axis=-2)
+    # the repeated heads keep kv's sharding (needed on explicit-sharding meshes)
+    sharding = getattr(jax.typeof(kv), "sharding", None)
+    kw = {"out_sharding": sharding} if _explicit(sharding) else {}
+    return jnp.repeat(kv, q_heads // kv_heads, axis=-2, **kw)
 
 
 def _causal(mask: Array | None, query: Array, key: Array) -> Array:

@@ -337,15 +337,20 @@ class Embed(Module):
         self.param_dtype = param_dtype
         self.promote_dtype = promote_dtype
 
-    def __call__(self, inputs: Array) -> Array:
-        """Returns the rows for the integer ids ``inputs``: ``inputs.shape + (features,)``."""
+    def __call__(self, inputs: Array, out_sharding: tp.Any = None) -> Array:
+        """Returns the rows for the integer ids ``inputs``: ``inputs.shape + (features,)``.
+
+        ``out_sharding`` (explicit-sharding meshes) places the gathered rows.
+        """
         check_ids(inputs, "Embed")
         (embedding,) = self.promote_dtype(
             (self.embedding.value,), dtype=self.dtype, inexact=False
         )
+        if out_sharding is not None:
+            return jax.sharding.auto_axes(lookup, out_sharding=out_sharding)(embedding, inputs)
         return lookup(embedding, inputs)
 
-    def attend(self, query: Array) -> Array:
+    def attend(self, query: Array, out_sharding: tp.Any = None) -> Array:
         """Returns ``query @ embedding.T``: one score per row, ``(..., num_embeddings)``."""
         if jnp.ndim(query) < 1 or jnp.shape(query)[-1] != self.features:
             raise ValueError(
@@ -356,6 +361,8 @@ class Embed(Module):
         query, embedding = self.promote_dtype(
             (query, self.embedding.value), dtype=self.dtype
         )
+        if out_sharding is not None:
+            return jnp.dot(query, embedding.T, out_sharding=out_sharding)
         return jnp.dot(query, embedding.T)
 
 

@@ -31,6 +31,12 @@ from flaxen.nnx.rnglib import Rngs, RngStream
 __all__ = ["Dropout"]
 
 
+def _explicit(sharding: tp.Any) -> bool:
+    """Whether ``sharding`` lives on a mesh with explicit axes (then ops need out_sharding)."""
+    mesh = getattr(sharding, "mesh", None)
+    return bool(getattr(mesh, "explicit_axes", ()))
+
+
 class Dropout(Module):
     """Randomly zeroes ``rate`` of the inputs and rescales the rest by ``1 / (1 - rate)``.
 
@@ -107,7 +113,10 @@ class Dropout(Module):
         shape = list(inputs.shape)
         for d in self.broadcast_dims:
             shape[d] = 1
-        mask = jax.random.bernoulli(key, p=keep_prob, shape=shape)
+        # the mask takes the inputs' sharding (explicit-sharding meshes keep their layout)
+        sharding = getattr(jax.typeof(inputs), "sharding", None)
+        kw = {"out_sharding": sharding} if _explicit(sharding) else {}
+        mask = jax.random.bernoulli(key, p=keep_prob, shape=shape, **kw)
         mask = jnp.broadcast_to(mask, inputs.shape)
         return lax.select(mask, inputs / keep_prob, jnp.zeros_like(inputs))
 
