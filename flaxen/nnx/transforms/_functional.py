@@ -33,7 +33,6 @@ from flaxen.errors import NNXTransformError
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import _lift
 from flaxen.nnx._graphdef import NodeDef, NodeRef, VariableDef
-from flaxen.nnx.variables import Variable
 
 _setattr = object.__setattr__
 
@@ -155,8 +154,11 @@ def run(static: _lift.InStatic, fun: tp.Callable, values: tp.Sequence[tp.Any], l
 def write_back(lift: _lift.Lift, new_values: tp.Sequence[tp.Any]) -> None:
     """Outside: the new values into the input Variables (bare arrays are left alone)."""
     for var, x in zip(lift.leaf_objs, new_values):
-        if isinstance(var, Variable) and var.raw_value is not x:
-            _setattr(var, "raw_value", x)
+        try:  # no isinstance: Variable's metaclass check is slow on this per-call path
+            if var.raw_value is not x:
+                _setattr(var, "raw_value", x)
+        except AttributeError:  # a bare array held as an attribute
+            pass
 
 
 def build_output(fo: FnOut, out_values: tp.Sequence[tp.Any], out_leaves: list) -> tp.Any:
