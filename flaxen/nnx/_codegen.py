@@ -127,7 +127,7 @@ _COMMON_ENV = {
 }
 
 
-def make_states_fn(defs: tuple) -> tp.Callable[[list], State] | None:
+def make_states_fn(defs: tuple, variables: bool = False) -> tp.Callable[[list], State] | None:
     """``fn(variables) -> State`` equal to what the interpreter's split builds, or None."""
     vp = _var_paths(defs)
     if vp is None:
@@ -141,6 +141,9 @@ def make_states_fn(defs: tuple) -> tp.Callable[[list], State] | None:
     if n:
         ln.append(", ".join(f"v{i}" for i in range(n)) + ", = vs")
     for i, (_, d) in enumerate(vp):
+        if variables:  # today's States hold the Variables themselves
+            ln.append(f"a{i} = v{i}")
+            continue
         ln.append(f"a{i} = _new(_VS); _vs_type(a{i}, {src.const(d.type)}); "
                   f"_vs_value(a{i}, v{i}.raw_value); _vs_meta(a{i}, _dict(v{i}._var_metadata))")
 
@@ -156,7 +159,7 @@ def make_states_fn(defs: tuple) -> tp.Callable[[list], State] | None:
     return src.compile("states_from_vars", "vs", _COMMON_ENV)
 
 
-def make_merge_fn(defs: tuple) -> tp.Callable[[State], tp.Any] | None:
+def make_merge_fn(defs: tuple, variables: bool = False) -> tp.Callable[[State], tp.Any] | None:
     """``fn(state) -> node`` (or :data:`MISS`) equal to the interpreter's merge, or None."""
     if len(defs) != 1 or type(defs[0]) is not NodeDef:
         return None
@@ -175,7 +178,11 @@ def make_merge_fn(defs: tuple) -> tp.Callable[[State], tp.Any] | None:
         for k, sub in node.items():
             if type(sub) is int:
                 ln.append(f"l{sub} = {m}[{src.const(k)}]")
-                ln.append(f"if _type(l{sub}) is not _VS: return _MISS")
+                if variables:
+                    ln.append(f"if _type(l{sub}) is not {src.const(vp[sub][1].type)}: "
+                              "return _MISS")
+                else:
+                    ln.append(f"if _type(l{sub}) is not _VS: return _MISS")
             else:
                 child = src.fresh("m")
                 ln.append(f"{child} = {m}[{src.const(k)}]")
@@ -198,6 +205,9 @@ def make_merge_fn(defs: tuple) -> tp.Callable[[State], tp.Any] | None:
             i = counter[0]
             counter[0] = i + 1
             o = f"o{d.index}"
+            if variables:
+                ln.append(f"{o} = l{i}")
+                return o
             ln.append(f"{o} = _new({src.const(d.type)}); "
                       f"_set_meta({o}, _dict(l{i}._var_metadata)); "
                       f"_set_trace({o}, tr); _set_raw({o}, l{i}.value)")

@@ -147,6 +147,11 @@ class RefMap(MutableMapping):
     def __repr__(self) -> str:
         return f"RefMap({len(self)} objects)"
 
+    @staticmethod
+    def from_indexmap(indexmap: tp.Mapping[int, tp.Any]) -> RefMap:
+        """The inverse of an ``index -> object`` map."""
+        return RefMap((obj, i) for i, obj in indexmap.items())
+
 
 def is_node(x: tp.Any) -> bool:
     """True for what split accepts as a root: graph nodes and pytree containers."""

@@ -25,8 +25,8 @@ from collections.abc import Mapping
 
 import jax
 
+from flaxen.nnx import _codegen, _graphdef, filterlib
 from flaxen.nnx import _graph_engine as eng
-from flaxen.nnx import _graphdef, filterlib
 from flaxen.nnx import graph as _legacy
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graphdef import NodeDef, NodeRef, VariableDef
@@ -69,9 +69,24 @@ def is_graph_node(x: tp.Any) -> bool:
 # -- graph definitions ---------------------------------------------------------------------
 
 class GraphDef(_legacy.GraphDef[Node]):
-    """The static half of a graph-mode split (hashable, a pytree without leaves)."""
+    """The static half of a graph-mode split (hashable, a pytree without leaves).
 
-    __slots__ = ()
+    ``outer_index`` (set by ``flatten(..., ref_outer_index=...)``) maps this walk's object
+    indices to the indices the same objects had in an outer walk."""
+
+    __slots__ = ("outer_index",)
+
+    def __init__(self, defs: tuple, outer_index: dict | None = None) -> None:
+        super().__init__(defs)
+        self.outer_index = outer_index
+
+    def _compile(self) -> None:
+        # the generated fast path (see _codegen), built on the third use, for States of
+        # Variables
+        self._uses += 1
+        if self._uses == _legacy._COMPILE_AT:
+            self._states_fn = _codegen.make_states_fn(self.defs, variables=True)
+            self._merge_fn = _codegen.make_merge_fn(self.defs, variables=True)
 
     @property
     def nodes(self) -> tuple:
@@ -250,6 +265,10 @@ def flatten(node: tp.Any, /, *, with_paths: bool = True, ref_index: RefMap | Non
             for i, obj in enumerate(fg.refs):
                 if obj not in ref_index:
                     ref_index[obj] = i
+        if ref_outer_index is not None:
+            outer = {i: ref_outer_index[obj] for i, obj in enumerate(fg.refs)
+                     if obj in ref_outer_index}
+            gd = GraphDef(fg.defs[:1], outer)
     if not with_paths:
         return gd, list(leaves)
     return gd, FlatState.from_sorted_keys_values(tuple(paths), list(leaves))
@@ -316,6 +335,16 @@ def _split_parts(node: tp.Any, graph: bool | None) -> tuple[tp.Any, list, list]:
 def split(node: A, *filters: filterlib.Filter, graph: bool | None = None) -> tuple:
     """``(graphdef, state)`` or ``(graphdef, state_1, ..., state_n)`` with filters (each
     Variable goes to the first filter it matches; they must cover every Variable)."""
+    if not filters and isinstance(node, GraphNode) and (
+            graph or (graph is None and set_graph_mode.current_value())):
+        fg = _walk(node)
+        gd = fg.graphdef
+        fn = gd._states_fn
+        if fn is not None and not fg.has_arrays:
+            return gd, fn(fg.leaves)
+        if gd._uses < _legacy._COMPILE_AT:
+            gd._compile()
+        return gd, _nest(fg.paths, fg.leaves)
     gd, paths, leaves = _split_parts(node, graph)
     return (gd, *_states(gd, paths, leaves, filters, True))
 
@@ -381,6 +410,14 @@ _NO_STATE = _NoState()
 def merge(graphdef: tp.Any, state: tp.Any = _NO_STATE, /, *states: tp.Any) -> tp.Any:
     """Builds the object graph of ``graphdef`` around the given Variables (used as they are;
     raw values in pure dicts become new Variables)."""
+    if not states and type(state) is State and type(graphdef) is GraphDef:
+        fn = graphdef._merge_fn
+        if fn is not None:
+            node = fn(state)
+            if node is not _codegen.MISS:
+                return node
+        elif graphdef._uses < _legacy._COMPILE_AT:
+            graphdef._compile()
     if isinstance(graphdef, GraphState):
         graphdef, all_states = _merge_graph_states((graphdef, state, *states)
                                                    if not isinstance(state, _NoState)
@@ -420,10 +457,20 @@ def unflatten(graphdef: tp.Any, state: tp.Any, /, *, index_ref: dict | None = No
               outer_index_outer_ref: dict | None = None, copy_variables: bool = False
               ) -> tp.Any:
     """:func:`merge` from a FlatState or list of leaves (checks the leaf count)."""
-    if isinstance(state, State):
-        state = state.flat_state() if hasattr(state, "flat_state") else state
-        if isinstance(state, dict):
-            state = list(state.items())
+    if isinstance(state, Mapping):
+        counted: dict = {}
+        _flatten_mapping(state, (), counted)
+        expected = (len(graphdef.nodes[0].paths) if isinstance(graphdef, TreeGraphDef)
+                    else len(_graphdef.var_defs(graphdef.defs[:1])))
+        if len(counted) != expected:
+            raise ValueError(
+                f"Incorrect number of leaves: the graph definition has {expected} leaves, "
+                f"the state {len(counted)}. Pass the state that nnx.split returned with it.")
+    if isinstance(state, Mapping) and isinstance(graphdef, _graphdef.GraphDef):
+        leaves = _legacy._leaves_from_states(graphdef.defs[:1], (state,), "unflatten")
+        state = leaves
+    elif isinstance(state, Mapping):
+        state = _flat_leaves(graphdef.nodes[0].paths, (state,), "unflatten")
     if isinstance(graphdef, TreeGraphDef):
         n = len(graphdef.nodes[0].paths)
     else:
@@ -438,7 +485,22 @@ def unflatten(graphdef: tp.Any, state: tp.Any, /, *, index_ref: dict | None = No
         leaves = [v.copy() if isinstance(v, Variable) else v for v in leaves]
     if isinstance(graphdef, TreeGraphDef):
         return graphdef.nodes[0].treedef.unflatten(leaves)
-    return eng.unflatten(graphdef.defs[:1], leaves, index_ref)[0][0]
+    idxmap = None
+    if outer_index_outer_ref is not None and getattr(graphdef, "outer_index", None):
+        idxmap = {i: outer_index_outer_ref[o] for i, o in graphdef.outer_index.items()
+                  if o in outer_index_outer_ref}
+    roots, built = eng.unflatten(graphdef.defs[:1], leaves, idxmap)
+    if index_ref is not None:
+        index_ref.update(built)
+    return roots[0]
+
+
+class IndexMap(dict):
+    """``index -> object``: the inverse of a :class:`RefMap`."""
+
+    @staticmethod
+    def from_refmap(refmap: tp.Mapping[tp.Any, int]) -> IndexMap:
+        return IndexMap((i, obj) for obj, i in refmap.items())
 
 
 # -- update / pop / clone ------------------------------------------------------------------
