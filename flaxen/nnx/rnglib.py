@@ -65,7 +65,7 @@ class RngCount(RngState):
 # parameter. The jitted function computes the same bits; it is used only on concrete keys
 # with the stream's own uint32 counts, so traced code and unusual counts keep the public path.
 _fold_in_jit = jax.jit(jax.random.fold_in)
-_Tracer = jax.core.Tracer
+_KeyArray = type(jax.random.key(0))  # a concrete typed key (not a tracer, not a Ref)
 
 
 def _to_key(value: tp.Any, tag: str) -> jax.Array:
@@ -183,12 +183,16 @@ class RngStream(_RandomMethods, Pytree):
         if self._nnx_trace is not _current_trace():
             raise self._trace_error()
         count = self.count
-        c = count.value
-        base = self.key.value
-        if type(c) is np.uint32 and not isinstance(base, _Tracer):
+        c = count.get_raw_value()
+        base = self.key.get_raw_value()
+        if (type(c) is np.uint32 and type(base) is _KeyArray
+                and "set_value_hooks" not in count._var_metadata):
+            # the common eager case: a concrete scalar stream without hooks or Refs
             key = _fold_in_jit(base, c)
-        else:
-            key = jax.random.fold_in(base, c)
+            count.set_raw_value(c + 1)
+            return key
+        c = count.value
+        key = jax.random.fold_in(self.key.value, c)
         count.value = c + 1
         return key
 
@@ -375,6 +379,20 @@ def fork(state: State, split_filter: filterlib.Filter, split_pattern: SplitPatte
         else:
             bcast_items.append((path, leaf))
     return State.from_flat_path(split_items), State.from_flat_path(bcast_items)
+
+
+_GRAPH_OPS = ("SplitBackups", "backup_keys", "fork_rngs", "reseed", "restore_rngs",
+              "split_rngs", "with_rngs")
+
+
+def __getattr__(name: str) -> tp.Any:
+    # Flax's path nnx.rnglib.split_rngs (and friends): they live in _rng_ops, which imports
+    # this module, so they are looked up on first use rather than imported here
+    if name in _GRAPH_OPS:
+        from flaxen.nnx import _rng_ops
+
+        return getattr(_rng_ops, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["RngCount", "RngKey", "RngState", "RngStream", "Rngs", "fork"]

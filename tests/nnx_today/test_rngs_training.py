@@ -270,6 +270,7 @@ def test_helpers_module_paths():
 
     assert helpers.TrainState is nnx.TrainState
     assert helpers.Sequential is nnx.Sequential
+    assert nnx.rnglib.split_rngs is nnx.split_rngs and nnx.rnglib.reseed is nnx.reseed
 
 
 def test_empty_sequential_is_identity():
