@@ -555,10 +555,20 @@ def _child(x: tp.Any, k: tp.Any) -> tp.Any:
     return x[k]
 
 
-def clone(node: A, /, *, graph: bool | None = None, variables: bool = True) -> A:
-    """A deep copy of ``node``: new Variables (and nodes), shared references kept shared."""
+def clone(node: A, /, *, graph: bool | None = None, variables: bool = True,
+          arrays: bool = False) -> A:
+    """A deep copy of ``node``: new Variables (and nodes), shared references kept shared.
+    The arrays inside are shared with ``node`` unless ``arrays=True`` (fresh buffers)."""
     gd, paths, leaves = _split_parts(node, graph)
-    if variables:
+    if arrays:
+        import jax.numpy as jnp
+
+        def fresh(x: tp.Any) -> tp.Any:
+            return jnp.array(x, copy=True) if isinstance(x, eng._ARRAYS) else x
+
+        leaves = [v.replace(jax.tree_util.tree_map(fresh, v.raw_value))
+                  if isinstance(v, Variable) else fresh(v) for v in leaves]
+    elif variables:
         leaves = [v.copy() if isinstance(v, Variable) else v for v in leaves]
     if isinstance(gd, TreeGraphDef):
         return gd.nodes[0].treedef.unflatten(leaves)

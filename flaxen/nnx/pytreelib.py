@@ -357,6 +357,13 @@ class Pytree(GraphNode, metaclass=PytreeMeta):
                 f"as `self.{name} = nnx.data(value)`.")
         leaves = _leaves(value)
         found = [x for x in leaves if is_data(x)]
+        if found and new is not None and new[1] and not new[0]:
+            kinds = ", ".join(sorted({type(x).__name__ for x in found}))
+            raise ValueError(
+                f"Found data in value of type '{type(value).__name__}' annotated with "
+                f"nnx.static(...) for attribute '{name}' of Pytree type '{owner}' (it "
+                f"holds {kinds}); static attributes cannot hold data. Drop nnx.static "
+                "or remove the arrays/Variables from the value.")
         if found and not current_data:
             kinds = ", ".join(sorted({type(x).__name__ for x in found}))
             if new is None:

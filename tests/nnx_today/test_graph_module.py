@@ -198,3 +198,18 @@ def test_experimental_face_keeps_08_split_and_plain_lists():
     _, state = old.split(m)
     assert isinstance(state["layers"][0]["kernel"], old.VariableState)
     assert jax.tree.leaves(m) == [m]  # not a pytree
+
+
+def test_explicit_static_with_data_raises_even_on_a_data_attribute():
+    h = Holder(1, 2, 3)
+    h.b = nnx.data(4)
+    with pytest.raises(ValueError, match="Found data in value of type"):
+        h.b = nnx.static(jnp.ones(2))
+
+
+def test_clone_arrays_gives_fresh_buffers():
+    m = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+    assert nnx.clone(m).kernel.value is m.kernel.value
+    fresh = nnx.clone(m, arrays=True)
+    assert fresh.kernel.value is not m.kernel.value
+    assert (fresh.kernel.value == m.kernel.value).all()
