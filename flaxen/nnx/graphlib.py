@@ -447,6 +447,7 @@ def merge(graphdef: tp.Any, state: tp.Any = _NO_STATE, /, *states: tp.Any) -> tp
 
 
 def _single_leaf(states: tuple) -> tp.Any:
+    states = tuple(s[0][1] if isinstance(s, FlatState) and len(s) == 1 else s for s in states)
     for s in reversed(states):
         if not (isinstance(s, State) and len(s) == 0):
             return s
