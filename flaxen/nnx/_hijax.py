@@ -136,6 +136,8 @@ class HijaxVariable(Variable):
                 raw[index] = value
             return
         if index is MISSING or index is Ellipsis:
+            old: tp.Any  # jaxlib's PyTreeDef is untyped here
+            new: tp.Any
             old, new = jax.tree_util.tree_flatten(raw), jax.tree_util.tree_flatten(value)
             if old[1] == new[1] and all(is_array_ref(r) for r in old[0]):
                 for ref, leaf in zip(old[0], new[0]):
@@ -143,7 +145,7 @@ class HijaxVariable(Variable):
             else:  # a new structure: new Refs (seen by the caller only outside traces)
                 object.__setattr__(self, "raw_value", _refs(value))
             return
-        slot = raw[index] if _has_key(raw, index) else None
+        slot: tp.Any = raw[index] if _has_key(raw, index) else None
         if is_array_ref(slot):
             slot[...] = value
         else:

@@ -147,6 +147,7 @@ def shard_value(value: tp.Any, out_sharding: tp.Any, sharding_rules: Rules | Non
     if type(out_sharding).__name__ == "Format":  # jax.experimental.layout.Format
         layout_format = out_sharding
         out_sharding = out_sharding.sharding
+    sharding: tp.Any  # a NamedSharding, or a bare PartitionSpec on an abstract mesh
     if isinstance(out_sharding, NamedSharding):
         sharding = out_sharding
         mesh = sharding.mesh

@@ -57,18 +57,18 @@ def _unary(fn: tp.Callable[[tp.Any], tp.Any], name: str) -> tp.Callable:
     return method
 
 
-_BINARY = {
+_BINARY: dict[str, tp.Callable[[tp.Any, tp.Any], tp.Any]] = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul,
     "matmul": operator.matmul, "truediv": operator.truediv,
     "floordiv": operator.floordiv, "mod": operator.mod, "divmod": divmod,
     "pow": operator.pow, "lshift": operator.lshift, "rshift": operator.rshift,
     "and": operator.and_, "xor": operator.xor, "or": operator.or_,
 }
-_COMPARE = {
+_COMPARE: dict[str, tp.Callable[[tp.Any, tp.Any], tp.Any]] = {
     "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
     "eq": operator.eq, "ne": operator.ne,
 }
-_UNARY = {
+_UNARY: dict[str, tp.Callable[[tp.Any], tp.Any]] = {
     "neg": operator.neg, "pos": operator.pos, "abs": abs, "invert": operator.invert,
     "complex": complex, "int": int, "float": float, "index": operator.index,
     "bool": bool, "trunc": math.trunc, "floor": math.floor, "ceil": math.ceil,
@@ -97,6 +97,7 @@ class ArrayOps:
         return self.get_value()(*args, **kwargs)  # type: ignore[attr-defined]
 
 
+_fn: tp.Callable[..., tp.Any]
 for _name, _fn in _BINARY.items():
     setattr(ArrayOps, f"__{_name}__", _binary(_fn, f"__{_name}__"))
     setattr(ArrayOps, f"__r{_name}__", _reflected(_fn, f"__r{_name}__"))

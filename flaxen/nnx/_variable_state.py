@@ -28,6 +28,8 @@ REQUIRED_METADATA = ("hijax", "ref", "eager_sharding")
 
 
 def _leaves_equal(a: tp.Any, b: tp.Any) -> bool:
+    ta: tp.Any  # jaxlib's PyTreeDef is untyped here
+    tb: tp.Any
     la, ta = jax.tree_util.tree_flatten(a)
     lb, tb = jax.tree_util.tree_flatten(b)
     if ta != tb:
@@ -168,7 +170,9 @@ def _vs_unflatten(aux: _StateAux, children: tp.Sequence[tp.Any]) -> VariableStat
 
 
 jax.tree_util.register_pytree_with_keys(
-    VariableState, _vs_flatten_with_keys, _vs_unflatten, flatten_func=_vs_flatten
+    VariableState, _vs_flatten_with_keys,
+    _vs_unflatten,  # type: ignore[arg-type]  # jax passes the children as a tuple
+    flatten_func=_vs_flatten,
 )
 
 

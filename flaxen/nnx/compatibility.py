@@ -293,7 +293,7 @@ def _boxed(var: Variable) -> tp.Any:
     return var.raw_value
 
 
-def _put(lm: linen.Module, items: list[tuple[tuple, Variable]], only: set | None = None,
+def _put(lm: linen.Module, items: tp.Sequence[tuple[tuple, Variable]], only: set | None = None,
          skip_immutable: bool = False) -> None:
     """Stores the Variables in ``lm``'s collections, one put per top-level name."""
     groups: dict[tuple[str, str], tp.Any] = {}

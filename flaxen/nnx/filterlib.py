@@ -16,12 +16,13 @@ False
 from __future__ import annotations
 
 import typing as tp
+from types import EllipsisType
 
 from flaxen.errors import InvalidFilterError, NNXFilterError
 
 Path = tuple[tp.Any, ...]
 Predicate = tp.Callable[[Path, tp.Any], bool]
-Filter = tp.Union[type, str, Predicate, "type(Ellipsis)", bool, None, tp.Sequence[tp.Any]]
+Filter = tp.Union[type, str, Predicate, EllipsisType, bool, None, tp.Sequence[tp.Any]]  # noqa: UP007
 
 
 def _value_type(value: tp.Any) -> type:

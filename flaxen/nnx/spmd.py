@@ -248,7 +248,8 @@ def _abstract_value(x: Variable, mesh: tp.Any = None) -> tp.Any:
     var_mesh = meta.get("mesh") or mesh or jax.sharding.get_abstract_mesh()
     if var_mesh is None or getattr(var_mesh, "empty", False):
         return None
-    sharding = NamedSharding(var_mesh, get_var_pspec(x))
+    # annotated (checked above), so the spec is never None
+    sharding = NamedSharding(var_mesh, get_var_pspec(x))  # type: ignore[arg-type]
     return jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=sharding)
 
 

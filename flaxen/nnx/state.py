@@ -38,7 +38,7 @@ Path = tuple[Key, ...]
 def _sort_keys(keys: tp.Iterable[Key]) -> list[Key]:
     keys = list(keys)
     try:
-        return sorted(keys)
+        return sorted(keys)  # type: ignore[type-var]  # mixed key types: handled below
     except TypeError:  # mixed key types: ints before strings, each sorted
         return sorted(keys, key=lambda k: (type(k).__name__, str(k)))
 

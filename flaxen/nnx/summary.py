@@ -212,6 +212,7 @@ def _flops(lowered: tp.Any) -> int:
 
 def _split_leaves(tree: tp.Any) -> tuple[list, list, tp.Any]:
     """(array leaves, the other leaves, how to rebuild) for ``tree``."""
+    treedef: tp.Any  # jaxlib's PyTreeDef is untyped here
     leaves, treedef = jax.tree_util.tree_flatten(
         tree, is_leaf=lambda x: isinstance(x, (GraphNode, Variable)))
     mask = [isinstance(x, (jax.Array, np.ndarray)) for x in leaves]
@@ -229,7 +230,7 @@ def _wrap(fn: Callable, recorder: _Recorder) -> Callable:
     method_name = fn.__name__
 
     def wrapper(obj: tp.Any, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
-        object_id = getattr(obj, _TAG, None)
+        object_id: tp.Any = getattr(obj, _TAG, None)
         info = recorder.infos.get(object_id) if object_id is not None else None
         if info is None:  # a node created during the call: not part of the table
             return fn(obj, *args, **kwargs)
@@ -279,6 +280,7 @@ def _inexact(x: tp.Any) -> bool:
 
 def _vjp_of(run: Callable) -> Callable:
     def do_vjp(state: tp.Any, arrays: list) -> tp.Any:
+        treedef: tp.Any  # jaxlib's PyTreeDef is untyped here
         leaves, treedef = jax.tree_util.tree_flatten((state, arrays))
         diff = [x for x in leaves if _inexact(x)]
 

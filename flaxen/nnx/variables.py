@@ -20,6 +20,7 @@ The Flax 0.8.3 snapshot class :class:`VariableState` (``flaxen.experimental.nnx`
 
 from __future__ import annotations
 
+import builtins
 import typing as tp
 
 import jax
@@ -83,8 +84,8 @@ class Empty:
         return hash(Empty)
 
 
-jax.tree_util.register_pytree_node(Empty, lambda e: ((), None), lambda aux, c: EMPTY)
 EMPTY = Empty()
+jax.tree_util.register_pytree_node(Empty, lambda e: ((), None), lambda aux, c: EMPTY)
 
 
 class VariableMetadata(tp.Generic[A]):
@@ -255,7 +256,7 @@ class Variable(ArrayOps, tp.Generic[A], metaclass=VariableMeta):
         if "create_value_hooks" in metadata:
             for hook in metadata["create_value_hooks"]:
                 value = hook(self, value)
-        value = self.create_value(value)
+        value = self.create_value(value)  # type: ignore[arg-type]  # metadata unwrapped above
         if eager_sharding and metadata.get("out_sharding") is not None:
             # today's eager sharding: place (or constrain) the value as out_sharding asks
             from flaxen.nnx._sharding import shard_value
@@ -277,7 +278,7 @@ class Variable(ArrayOps, tp.Generic[A], metaclass=VariableMeta):
         return type(self)
 
     @property
-    def var_type(self) -> type:
+    def var_type(self) -> builtins.type:
         return type(self)
 
     @property
@@ -699,7 +700,7 @@ def _var_flatten_with_keys(v: Variable) -> tuple[tuple, _VarAux]:
 
 
 def _var_unflatten(aux: _VarAux, children: tp.Sequence[tp.Any]) -> Variable:
-    var = object.__new__(aux.type)
+    var: Variable = object.__new__(aux.type)
     object.__setattr__(var, "_var_metadata", dict(aux.metadata))
     object.__setattr__(var, "_trace_state", _trace.current_trace())
     object.__setattr__(var, "raw_value", children[0])
@@ -710,7 +711,9 @@ def _register_variable_pytree(cls: type) -> None:
     # A Variable is a pytree whose one child is its value, so jax.numpy functions (which
     # no longer call __jax_array__ while tracing) accept it: jnp.dot(x, module.kernel).
     jax.tree_util.register_pytree_with_keys(
-        cls, _var_flatten_with_keys, _var_unflatten, flatten_func=_var_flatten)
+        cls, _var_flatten_with_keys,
+        _var_unflatten,  # type: ignore[arg-type]  # jax passes the children as a tuple
+        flatten_func=_var_flatten)
 
 
 _register_variable_pytree(Variable)

@@ -30,7 +30,9 @@ class RngStream(rnglib.RngStream):
     def __init__(self, tag: str, key: tp.Any, count: tp.Any = 0) -> None:
         self.tag = tag
         self.key = RngKey(_to_key(key, tag), tag=tag)
-        self.count = RngCount(np.uint32(count) if isinstance(count, int) else count, tag=tag)
+        self.count = RngCount(
+            np.uint32(count) if isinstance(count, int) else count,  # type: ignore[arg-type]
+            tag=tag)
 
     def _trace_error(self) -> TraceContextError:
         return TraceContextError(

@@ -184,7 +184,7 @@ def _bind(parent: Module, value: tp.Any, name: str) -> None:
     for m in modules:
         for _, sub in reversed(list(graphlib.iter_graph(m))):
             if isinstance(sub, Module) and sub.__dict__.get("scope") is None:
-                sub.scope = parent.scope.copy()
+                sub.scope = parent.scope.copy()  # type: ignore[misc]  # per-instance scope
         for _, sub in reversed(list(graphlib.iter_graph(m))):
             _maybe_call_setup(sub)
 
@@ -242,7 +242,7 @@ _NO_PYTREE: dict[str, bool] = (
     {"pytree": False} if hasattr(nnx_module.Module, "_pytree__is_pytree") else {})
 
 
-class Module(nnx_module.Module, metaclass=_module_metaclass(),  # type: ignore[misc]
+class Module(nnx_module.Module, metaclass=_module_metaclass(),  # type: ignore[misc, metaclass]
              **_NO_PYTREE):
     """A Linen-style NNX module (see the module docstring)."""
 
@@ -385,7 +385,7 @@ class Module(nnx_module.Module, metaclass=_module_metaclass(),  # type: ignore[m
         try:
             for _, node in graphlib.iter_graph(module):
                 if isinstance(node, Module):
-                    node.scope = Scope(rngs, mutable)
+                    node.scope = Scope(rngs, mutable)  # type: ignore[misc]  # per-instance
             for _, node in reversed(list(graphlib.iter_graph(module))):
                 _maybe_call_setup(node)
             MODULE_CONTEXT.module_stack.append(ModuleStackEntry(module, in_compact=False))
@@ -397,7 +397,7 @@ class Module(nnx_module.Module, metaclass=_module_metaclass(),  # type: ignore[m
             MODULE_CONTEXT.initializing.pop()
             for _, node in list(graphlib.iter_graph(module)):
                 if isinstance(node, Module) and node.__dict__.get("scope") is not None:
-                    node.scope = None
+                    node.scope = None  # type: ignore[misc]  # per-instance scope
         if mutable is False:
             return out
         return out, module._get_variables()

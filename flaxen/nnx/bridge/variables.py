@@ -116,11 +116,12 @@ def to_nnx_var(col: str, x: tp.Any) -> Variable:
             isinstance(x, meta.AxisMetadata) and hasattr(x, "names")):
         metadata: dict[str, tp.Any] = {"out_sharding": tuple(x.names),
                                        "linen_meta_type": type(x)}
+        # a Partitioned-like box: mesh, rules and value are its dataclass fields
         if getattr(x, "mesh", None) is not None:
-            metadata["mesh"] = x.mesh
+            metadata["mesh"] = x.mesh  # type: ignore[attr-defined]
         if getattr(x, "rules", None) is not None:
-            metadata["sharding_rules"] = tuple(x.rules)
-        return vtype(x.value, **metadata)
+            metadata["sharding_rules"] = tuple(x.rules)  # type: ignore[attr-defined]
+        return vtype(x.value, **metadata)  # type: ignore[attr-defined]
     if isinstance(x, meta.AxisMetadata):
         return vtype(x.unbox(), linen_meta_type=type(x))
     return vtype(x)

@@ -104,6 +104,7 @@ def _initializing(module: Module) -> bool:
 def lazy_init(fn: tp.Any, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
     """Calls ``fn`` (an NNX module, or a method of one) once with initialization on, so every
     ``ToNNX`` inside creates its variables from the inputs it sees; returns ``fn``."""
+    root: tp.Any
     if isinstance(fn, Module):
         root = fn
     else:

@@ -416,6 +416,8 @@ def _prefix_pairs(prefix_tree: tp.Any, full: tp.Any) -> list[tuple[tp.Any, tp.An
         prefix_tree = tuple(prefix_tree)
     if isinstance(full, list) and isinstance(prefix_tree, tuple):
         full = tuple(full)
+    p_def: tp.Any  # jaxlib's PyTreeDef is untyped here
+    f_def: tp.Any
     p_children, p_def = jax.tree_util.tree_flatten(
         prefix_tree, is_leaf=lambda x: x is not prefix_tree)
     f_children, f_def = jax.tree_util.tree_flatten(full, is_leaf=lambda x: x is not full)
@@ -495,7 +497,7 @@ def resolve_inputs(lift: _lift.Lift, in_prefix: tp.Any, kw_prefix: tp.Any, *, fn
 
 def resolve_outputs(defs: tp.Sequence[tp.Any], n_inputs: int, in_prefixes: tp.Sequence[tp.Any],
                     out_prefixes: tp.Sequence[tp.Any], objs: tp.Sequence[tp.Any], *,
-                    fn_name: str, labels: tp.Sequence[str]) -> list:
+                    fn_name: str, labels: tp.Sequence[tuple]) -> list:
     """One prefix value per leaf of an output walk whose first ``n_inputs`` roots are the
     input nodes (prefixed by ``in_prefixes``) and the rest output nodes (``out_prefixes``)."""
     value_prefix: list = [_UNSET] * len(objs)

@@ -145,7 +145,7 @@ def _check_no_shared_vars(lift: _lift.Lift, fn_name: str) -> None:
     """Tree mode: a Variable reached twice among the inputs is refused, naming its type."""
     if lift.flat is None:
         return
-    seen: dict[int, tuple] = {}
+    seen: dict[int, str] = {}
     arg_paths = _axes._arg_paths(lift.treedef)
     for p, occ in zip(lift.node_pos, _axes.occurrences(lift.flat.defs)):
         for path, pos in occ:
@@ -248,11 +248,13 @@ def mapped_call(f: tp.Callable, args: tuple, kwargs: dict, *, fn_name: str, in_p
         res_values = [_from_axis0(x, a) for x, a in zip(res_values, new_pre)]
         res_leaves = [_from_axis0(x, a) for x, a in zip(res_leaves, box["leaf_out_pre"])]
     if full:
-        result = lift.finish(lift.out, res_values, res_leaves)
+        out_static = lift.out
+        assert out_static is not None  # set by `pure` above in full mode
+        result = lift.finish(out_static, res_values, res_leaves)
         if outer_hook is not None:
             objs = [lift.built.get(d.index) if d.index >= 0 else None
-                    for _, d in lift.out.var_paths]
-            if lift.out.fast or not lift.built:
+                    for _, d in out_static.var_paths]
+            if out_static.fast or not lift.built:
                 objs = list(lift.leaf_objs) + objs[len(lift.leaf_objs):]
             outer_hook(objs, new_pre)
         return result

@@ -509,9 +509,9 @@ def _leaf_order(flat: Flat, fg: tp.Any, built: dict) -> list[tuple[str, int]]:
     order: list[tuple[str, int]] = []
     for k, (p, leaf) in enumerate(zip(fg.paths, fg.leaves)):
         if isinstance(leaf, Variable):
-            i = var_pos.get(id(leaf))
-            if i is not None:
-                order.append(("in", ref_leaf[id(flat.fg.refs[i])]))
+            pos = var_pos.get(id(leaf))
+            if pos is not None:
+                order.append(("in", ref_leaf[id(flat.fg.refs[pos])]))
                 continue
         elif p in by_path and not isinstance(flat.leaves[by_path[p]], Variable):
             order.append(("in", by_path[p]))
