@@ -27,6 +27,7 @@ registration and without the checks (``nnx.Object`` is such a class).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import typing as tp
 from abc import ABCMeta
 
@@ -220,6 +221,13 @@ class _Status(dict):
 
 class PytreeMeta(ABCMeta):
     """Runs the Pytree checks once ``__init__`` returns (attributes set any way)."""
+
+    @property
+    def __signature__(cls) -> inspect.Signature:
+        # This metaclass's __call__ would otherwise hide __init__'s parameters from
+        # inspect.signature (help(), IDEs, tools reading defaults).
+        sig = inspect.signature(cls.__init__)
+        return sig.replace(parameters=list(sig.parameters.values())[1:])
 
     def __call__(cls, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         obj = super().__call__(*args, **kwargs)
