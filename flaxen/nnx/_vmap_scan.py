@@ -7,7 +7,7 @@ outer stream advances by one), and other RNG streams are broadcast. Variables cr
 ``transform_metadata[PARTITION_NAME]`` inserted into their ``sharding`` metadata.
 
 >>> import jax.numpy as jnp
->>> from flaxen import nnx
+>>> from flaxen.experimental import nnx  # the Flax 0.8.3 face these functions serve
 >>> make = nnx.vmap(lambda rngs: nnx.Linear(2, 3, rngs=rngs), axis_size=4)
 >>> stacked = make(nnx.Rngs(0))
 >>> stacked.kernel.value.shape
@@ -33,7 +33,7 @@ from flaxen.nnx.transforms.legacy import jit, remat
 from flaxen.nnx.variables import Variable
 
 PARTITION_NAME = "partition_name"
-_DEFAULT_STATE_AXES = {...: 0}
+_DEFAULT_STATE_AXES: tp.Mapping[filterlib.Filter, int | None] = {...: 0}
 
 
 def _state_axis(path: tuple, var: tp.Any, axes: tp.Sequence[tuple[tp.Callable, tp.Any]]
@@ -106,6 +106,7 @@ def _split_keys(lift: _lift.Lift, plan: list, n: int) -> dict[int, tp.Any]:
     if flat is None:
         return out
     by_stream: dict[tuple, dict[str, int]] = {}
+    ki: tp.Any  # every split stream has its RngKey
     for i, ((kind, _), p) in enumerate(zip(plan, flat.paths)):
         if kind == "split":
             by_stream.setdefault(p[:-1], {})[type(flat.variables[i]).__name__] = i
@@ -192,7 +193,7 @@ def vmap(
                       axis_name=axis_name, axis_size=n, spmd_axis_name=spmd_axis_name)
         new_values, out_leaves = vm(in_values, lift.leaves)
         fixed, new_axes = _settle_outputs(lift, plan, values, new_values, state_axes)
-        result = lift.finish(lift.out, fixed, out_leaves)
+        result = lift.finish(lift.out, fixed, out_leaves)  # type: ignore[arg-type]  # set
         _mark_new(lift, new_axes, transform_metadata)
         _restore_partitions(lift, plan, transform_metadata)
         return result
@@ -220,12 +221,12 @@ def _settle_outputs(lift: _lift.Lift, plan: list, values: list, new_values: list
     """Outer values of the leaves after a mapped call (axis 0 moved back to each leaf's
     axis; split RNG streams keep their key and advance by one) and, per leaf, the axis of
     a Variable created inside (None for the others)."""
-    out = lift.out
+    out: tp.Any = lift.out  # set by the call (an OutStatic)
     pairs = dict(out.idx_pairs)
     var_pos = {d.index: pos for pos, (_, d) in enumerate(var_def_paths(lift.static.defs))}
     items = _axes_items(state_axes)
     fixed = []
-    new_axes = []
+    new_axes: list = []
     for x, (path, d) in zip(new_values, out.var_paths):
         outer = pairs.get(d.index) if d.index >= 0 else None
         if outer is not None and outer in var_pos:
@@ -262,7 +263,7 @@ class _DefView:
 
 
 def _mark_new(lift: _lift.Lift, new_axes: list, transform_metadata: tp.Mapping) -> None:
-    for (_, d), ax in zip(lift.out.var_paths, new_axes):
+    for (_, d), ax in zip(lift.out.var_paths, new_axes):  # type: ignore[union-attr]
         if ax is not None and d.index >= 0:
             var = lift.built.get(d.index)
             if var is not None:
@@ -320,7 +321,7 @@ def scan(
     @traceback_util.api_boundary
     @functools.wraps(f)
     def wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
-        args = list(args)
+        args = list(args)  # type: ignore[assignment]  # a mutable copy
         if carry_argnum >= len(args):
             raise NNXArgumentError(
                 "", f"nnx.scan: Expected at least {carry_argnum + 1} positional arguments (the "
@@ -333,7 +334,7 @@ def scan(
                 f"argument {carry_argnum}", "nnx.scan: the carry holds a graph node",
                 "Pass modules as other arguments; their state is scanned or carried per "
                 "state_axes.")
-        args[carry_argnum] = None
+        args[carry_argnum] = None  # type: ignore[index]
         lift = _lift.Lift(tuple(args), kwargs)
         plan = _plan_vars(lift, state_axes, split_rngs)
         axes_list = list(in_axes) if isinstance(in_axes, (tuple, list)) else in_axes
@@ -356,9 +357,9 @@ def scan(
         step_carry: list = [None]
 
         def put_carry(a: tuple, k: dict) -> tuple[tuple, dict]:
-            a = list(a)
-            a[carry_argnum] = step_carry[0]
-            return tuple(a), k
+            new_a = list(a)
+            new_a[carry_argnum] = step_carry[0]
+            return tuple(new_a), k
 
         def split_out(*a: tp.Any, **k: tp.Any) -> tp.Any:
             out = f(*a, **k)
@@ -382,7 +383,8 @@ def scan(
                 leaves[i] = v
             step_carry[0] = user_carry
             new_vals, out_leaves = pure(vals, leaves)
-            layout = [(p, d.type) for p, d in lift.out.var_paths[: lift.out.n_input_leaves]]
+            out_s: tp.Any = lift.out  # set by pure (an OutStatic)
+            layout = [(p, d.type) for p, d in out_s.var_paths[: out_s.n_input_leaves]]
             if layout != in_layout:
                 raise NNXTransformError(
                     "", "nnx.scan: the scanned function changed the structure of its module "
@@ -393,6 +395,9 @@ def scan(
                     ([new_vals[i] for i in scanned_idx], new_vals[n_in:], out_leaves))
 
         init = (carry, [values[i] for i in carried_idx])
+        scanned_out: tp.Any
+        extra_out: tp.Any
+        out_leaves: tp.Any
         (carry_out, carried_out), (scanned_out, extra_out, out_leaves) = jax.lax.scan(
             body, init, (xs_vars, xs_leaves), length=n, reverse=reverse, unroll=unroll,
             _split_transpose=_split_transpose,
@@ -406,11 +411,11 @@ def scan(
             final[i] = _from_axis0(v, plan[i][1])
         items = _axes_items(state_axes)
         new_axes: list = [None] * n_in
-        for v, (path, d) in zip(extra_out, lift.out.var_paths[n_in:]):
+        for v, (path, d) in zip(extra_out, lift.out.var_paths[n_in:]):  # type: ignore[union-attr]
             ax = 0 if issubclass(d.type, RngState) else _state_axis(path, _DefView(d), items)
             final.append(_from_axis0(v, ax))
             new_axes.append(ax)
-        ys = lift.finish(lift.out, final, out_leaves)
+        ys = lift.finish(lift.out, final, out_leaves)  # type: ignore[arg-type]  # set by pure
         _mark_new(lift, new_axes, transform_metadata)
         _restore_partitions(lift, plan, transform_metadata)
         ys = _move_out_axes(ys, out_axes)
@@ -605,7 +610,7 @@ class Jit(_Lifted):
 
 
 def _call_module(module: Module, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
-    return module(*args, **kwargs)
+    return module(*args, **kwargs)  # type: ignore[operator]  # a Module defining __call__
 
 
 _JIT_CACHE: dict[tuple, tp.Callable] = {}

@@ -187,7 +187,8 @@ class JitWrapped:
 
     def lower(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         lift, leaves, _ = self._lift_args(args, kwargs)
-        return self._default.lower(lift.static, lift.values, leaves)
+        return self._default.lower(  # type: ignore[attr-defined]  # a jax.jit wrapper
+            lift.static, lift.values, leaves)
 
 
 def _resolve_argnums(fun: tp.Callable, nums: tp.Any, names: tp.Any) -> tuple[tuple, tuple]:
@@ -237,17 +238,17 @@ def _insert_static(args: tuple, kwargs: dict, static_vals: tuple) -> tuple[tuple
     if not static_vals:
         return args, kwargs
     pos, kw = static_vals
-    args = list(args)
+    arg_list = list(args)
     for i, v in pos:
-        args[i] = v
+        arg_list[i] = v
     kwargs = dict(kwargs)
     kwargs.update(kw)
-    return tuple(args), kwargs
+    return tuple(arg_list), kwargs
 
 
 def _donated_leaf_indices(args: tuple, kwargs: dict, nums: frozenset, names: frozenset
                           ) -> tuple:
-    idx = []
+    idx: list[int] = []
     start = 0
     for i, a in enumerate(args):
         n = len(jax.tree_util.tree_leaves(a, is_leaf=_lift.is_node))
@@ -334,7 +335,8 @@ def eval_shape(f: tp.Callable[..., tp.Any], *args: tp.Any, **kwargs: tp.Any) -> 
     """
     lift = _lift.Lift(args, kwargs)
     values, out_leaves = jax.eval_shape(lift.pure(f), lift.values, lift.leaves)
-    return lift.finish(lift.out, values, out_leaves, update_inputs=False)
+    return lift.finish(lift.out,  # type: ignore[arg-type]  # set by lift.pure
+                       values, out_leaves, update_inputs=False)
 
 
 def remat(f: F | None = None, *, prevent_cse: bool = True, static_argnums: tp.Any = (),
@@ -358,7 +360,8 @@ def remat(f: F | None = None, *, prevent_cse: bool = True, static_argnums: tp.An
         lift = _lift.Lift(dyn, kwargs)
         ckpt = jax.checkpoint(lift.pure(call), prevent_cse=prevent_cse, policy=policy)
         values, out_leaves = ckpt(lift.values, lift.leaves)
-        return lift.finish(lift.out, values, out_leaves)
+        return lift.finish(lift.out,  # type: ignore[arg-type]  # set by lift.pure
+                           values, out_leaves)
 
     return wrapper  # type: ignore[return-value]
 
@@ -369,7 +372,7 @@ def _grad_impl(f: tp.Callable, argnums: int | tp.Sequence[int], has_aux: bool,
                holomorphic: bool, allow_int: bool, wrt: tp.Any, return_value: bool
                ) -> tp.Callable:
     single = isinstance(argnums, int)
-    nums = (argnums,) if single else tuple(argnums)
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     pred = filterlib.to_predicate(wrt)
 
     @traceback_util.api_boundary
@@ -433,7 +436,8 @@ def _grad_impl(f: tp.Callable, argnums: int | tp.Sequence[int], has_aux: bool,
             (loss, (new_values, aux_leaves)), grads = fn(*diff_in)
         else:
             grads, (new_values, aux_leaves) = fn(*diff_in)
-        aux = lift.finish(lift.out, new_values, aux_leaves)
+        aux = lift.finish(lift.out,  # type: ignore[arg-type]  # set by lift.pure
+                          new_values, aux_leaves)
         g = grads[0] if single else tuple(grads)
         if return_value:
             return ((loss, aux), g) if has_aux else (loss, g)
