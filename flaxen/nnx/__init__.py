@@ -64,9 +64,38 @@ from flaxen.nnx.pytreelib import (
     static,
 )
 from flaxen.nnx.pytreelib import Static as Static
-from flaxen.nnx.nn.attention import MultiHeadAttention
-from flaxen.nnx.nn.linear import Conv, Einsum, Embed, Linear, LinearGeneral
-from flaxen.nnx.nn.normalization import BatchNorm, GroupNorm, LayerNorm, RMSNorm
+from flaxen.nnx import nn as nn
+from flaxen.nnx.nn import initializers as initializers
+from flaxen.nnx.nn.activations import PReLU
+from flaxen.nnx.nn.attention import (
+    MultiHeadAttention,
+    combine_masks,
+    dot_product_attention,
+    dot_product_attention_weights,
+    make_attention_mask,
+    make_causal_mask,
+)
+from flaxen.nnx.nn.initializers import Initializer as Initializer
+from flaxen.nnx.nn.linear import Conv, ConvTranspose, Einsum, Embed, Linear, LinearGeneral
+from flaxen.nnx.nn.lora import LoRA, LoRALinear, LoRAParam
+from flaxen.nnx.nn.normalization import (
+    BatchNorm,
+    GroupNorm,
+    InstanceNorm,
+    LayerNorm,
+    RMSNorm,
+    SpectralNorm,
+    WeightNorm,
+)
+from flaxen.nnx.nn.recurrent import (
+    RNN,
+    Bidirectional,
+    GRUCell,
+    LSTMCell,
+    OptimizedLSTMCell,
+    RNNCellBase,
+    SimpleCell,
+)
 from flaxen.nnx.nn.stochastic import Dropout
 from flaxen.nnx.rnglib import RngCount, RngKey, Rngs, RngState, RngStream, fork
 from flaxen.nnx._rng_ops import (
@@ -167,13 +196,6 @@ from flaxen.nnx._variable_names import register_variable_name
 
 # the pure functions shared with Linen (flaxen.layer_math: no Linen import)
 from flaxen.layer_math import activations as _activations
-from flaxen.layer_math import initializers as initializers
-from flaxen.layer_math.attention import (
-    combine_masks,
-    dot_product_attention,
-    make_attention_mask,
-    make_causal_mask,
-)
 from flaxen.layer_math.pooling import avg_pool, max_pool, min_pool, pool
 
 _ACTIVATIONS = (
