@@ -466,6 +466,7 @@ def reseed(node: tp.Any, /, *, graph: bool | None = None,
     >>> bool(jnp.all(jax.random.key_data(a) == jax.random.key_data(rngs.dropout())))
     True
     """
+    fn: tp.Callable[[tuple, jax.Array, tuple[int, ...]], jax.Array]
     if policy == "scalars_only":
         fn = _scalars_only
     elif policy == "match_shape":

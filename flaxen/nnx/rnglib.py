@@ -75,9 +75,10 @@ def _to_key(value: tp.Any, tag: str) -> jax.Array:
         return jax.random.key(int(value))
     elif isinstance(value, (jax.Array, np.ndarray)):
         if jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
-            return value
+            return value  # type: ignore[return-value]  # only a jax.Array has a key dtype
         if value.dtype == np.uint32 and value.shape[-1:] == (2,):
-            return jax.random.wrap_key_data(value)  # a raw (legacy) PRNGKey
+            # a raw (legacy) PRNGKey; wrap_key_data takes numpy arrays too
+            return jax.random.wrap_key_data(value)  # type: ignore[arg-type]
         if jnp.issubdtype(value.dtype, jnp.integer) and value.ndim == 0:
             return jax.random.key(value)
     raise NNXArgumentError(
@@ -353,7 +354,8 @@ def _split_shape(pattern: SplitPattern) -> tuple[int, ...]:
     """``(4, None, 3)`` -> ``(4, 1, 3)``: None marks an axis the keys are broadcast along."""
     if isinstance(pattern, int):
         return (pattern,)
-    return tuple(1 if p is None else p for p in pattern)
+    # a None pattern is not iterable and raises TypeError here, as it always has
+    return tuple(1 if p is None else p for p in pattern)  # type: ignore[union-attr]
 
 
 def fork(state: State, split_filter: filterlib.Filter, split_pattern: SplitPattern

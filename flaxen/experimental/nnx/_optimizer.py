@@ -32,7 +32,7 @@ from flaxen.nnx.variables import Param, VariableState
 try:  # today's Pytree tells data attributes from static ones (nnx.data)
     from flaxen.nnx.pytreelib import data as _data
 except ImportError:  # pragma: no cover - before pytreelib exists
-    def _data(value: tp.Any) -> tp.Any:
+    def _data(value: tp.Any = None, /, **kwargs: tp.Any) -> tp.Any:
         return value
 
 
@@ -58,14 +58,14 @@ class Optimizer(LegacyModule):
         self.model = model
         self.tx = tx
         self.wrt = wrt
-        params_state = _state(model, wrt)
+        params_state: State = _state(model, wrt)  # type: ignore[assignment]  # one filter
         if not params_state.flat_state():
             _raise_empty_wrt(model, wrt)
         params = _values(params_state)
         leaves, treedef = jax.tree_util.tree_flatten(tx.init(params))
         # a tuple of Variables (not a list) so the graph walk knows it cannot change size
         self._opt_leaves = _data(tuple(OptArray(x) for x in leaves))
-        self._opt_treedef = treedef
+        self._opt_treedef: tp.Any = treedef  # jax's PyTreeDef (its stub does not resolve)
 
     @property
     def opt_state(self) -> tp.Any:
@@ -82,10 +82,10 @@ class Optimizer(LegacyModule):
         return f"{type(self).__name__}(\n" + ",\n".join(lines) + "\n)"
 
     def update(self, grads: State, **kwargs: tp.Any) -> None:
-        params_state = _state(self.model, self.wrt)
+        params_state: State = _state(self.model, self.wrt)  # type: ignore[assignment]  # 1 filter
         params = _values(params_state)
         grad_values = _values(grads)
-        p_def = jax.tree_util.tree_structure(params)
+        p_def: tp.Any = jax.tree_util.tree_structure(params)
         g_def = jax.tree_util.tree_structure(grad_values)
         if p_def != g_def:
             _raise_mismatch(params_state, grads)
@@ -115,7 +115,8 @@ def _filter_name(f: tp.Any) -> str:
 
 def _raise_empty_wrt(model: tp.Any, wrt: tp.Any) -> tp.NoReturn:
     found: dict[str, list[str]] = {}
-    for path, leaf in _state(model).flat_state().items():
+    all_state: State = _state(model)  # type: ignore[assignment]  # no filter: one State
+    for path, leaf in all_state.flat_state().items():
         found.setdefault(leaf.type.__name__, []).append("/" + "/".join(map(str, path)))
     have = "; ".join(f"{k} at {', '.join(v[:3])}{', ...' if len(v) > 3 else ''}"
                      for k, v in found.items()) or "none"

@@ -31,7 +31,7 @@ from flaxen.nnx.variables import Variable, VariableState
 try:  # today's Pytree tells data attributes from static ones (nnx.data)
     from flaxen.nnx.pytreelib import data as _data
 except ImportError:  # pragma: no cover - before pytreelib exists
-    def _data(value: tp.Any) -> tp.Any:
+    def _data(value: tp.Any = None, /, **kwargs: tp.Any) -> tp.Any:
         return value
 
 A = tp.TypeVar("A")
@@ -56,7 +56,8 @@ def _flat(node: tp.Any, only: filterlib.Filter) -> dict:
     if isinstance(node, State):
         pred = filterlib.to_predicate(only)
         return {p: v for p, v in node.flat_state().items() if pred(p, v)}
-    return dict(_graph.state(node, only).flat_state().items())
+    only_state: State = _graph.state(node, only)  # type: ignore[assignment]  # one filter
+    return dict(only_state.flat_state().items())
 
 
 class EMA(Module):

@@ -140,6 +140,8 @@ class Welford(Metric):
 
     def update(self, **kwargs: tp.Any) -> None:
         values = _values_arg(self, self.argname, kwargs)
+        batch_mean: float | jax.Array
+        batch_m2: float | jax.Array
         if isinstance(values, (int, float)):
             n, batch_mean, batch_m2 = 1, values, 0.0
         else:

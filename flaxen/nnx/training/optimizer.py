@@ -36,7 +36,7 @@ from flaxen.nnx.variables import Param, Variable, VariableState
 try:  # today's Pytree tells data attributes from static ones (nnx.data)
     from flaxen.nnx.pytreelib import data as _data
 except ImportError:  # pragma: no cover - before pytreelib exists
-    def _data(value: tp.Any) -> tp.Any:
+    def _data(value: tp.Any = None, /, **kwargs: tp.Any) -> tp.Any:
         return value
 
 M = tp.TypeVar("M")
@@ -114,6 +114,7 @@ def _var_leaves(tree: tp.Any, like: tp.Any) -> list:
 
     boxed = jax.tree_util.tree_map(keep, tree, is_leaf=lambda x: _is_var(x)
                                    or isinstance(x, State))
+    treedef: tp.Any  # jax's PyTreeDef (its stub does not resolve)
     leaves, treedef = jax.tree_util.tree_flatten(boxed, is_leaf=_is_var)
     treedef.flatten_up_to(like)  # raises if the two structures differ
     return leaves
@@ -127,7 +128,7 @@ def _filtered_state(node: tp.Any, wrt: filterlib.Filter) -> State:
         return State.from_flat_path(items)
     if isinstance(node, tp.Mapping) and not _graph.is_node(node):
         return State(node)
-    return _graph.state(node, wrt)
+    return _graph.state(node, wrt)  # type: ignore[return-value]  # one filter: one State
 
 
 def _like(template: State, values: tp.Mapping) -> State:
@@ -209,7 +210,8 @@ class Optimizer(Module, tp.Generic[M]):
         params_state = _filtered_state(model, self.wrt)
         params = as_pure(params_state)
         grad_values = as_pure(_filtered_state(grads, self.wrt))
-        if jax.tree_util.tree_structure(params) != jax.tree_util.tree_structure(grad_values):
+        p_def: tp.Any = jax.tree_util.tree_structure(params)  # PyTreeDef (stub unresolved)
+        if p_def != jax.tree_util.tree_structure(grad_values):
             _raise_mismatch(params_state, grads)
         opt_values = as_pure(self.opt_state)
         updates, new_opt = self.tx.update(grad_values, opt_values, params, **as_pure(kwargs))
@@ -243,8 +245,9 @@ def _write_back(model: tp.Any, values: tp.Mapping) -> None:
         if isinstance(obj, Variable) and path in flat:
             obj.value = flat.pop(path)
     if flat:  # paths the walk did not reach (should not happen): fall back to nnx.update
-        _graph.update(model, _rebuild(_graph.state(model, lambda p, _: p in flat),
-                                      _nest(flat)))
+        _graph.update(model, _rebuild(
+            _graph.state(model, lambda p, _: p in flat),  # type: ignore[arg-type]  # one State
+            _nest(flat)))
 
 
 def _nest(flat: dict) -> dict:
@@ -298,7 +301,8 @@ def _filter_name(f: tp.Any) -> str:
 def _raise_empty_wrt(model: tp.Any, wrt: tp.Any) -> tp.NoReturn:
     found: dict[str, list[str]] = {}
     if _graph.is_node(model):
-        for path, leaf in _graph.state(model).flat_state().items():
+        all_state: State = _graph.state(model)  # type: ignore[assignment]  # no filter: one
+        for path, leaf in all_state.flat_state().items():
             found.setdefault(leaf.type.__name__, []).append("/" + "/".join(map(str, path)))
     have = "; ".join(f"{k} at {', '.join(v[:3])}{', ...' if len(v) > 3 else ''}"
                      for k, v in found.items()) or "none"

@@ -80,7 +80,7 @@ class TrainState(struct.PyTreeNode):
     def apply_gradients(self, grads: State, **kwargs: tp.Any) -> TrainState:
         """The next state: ``params`` and ``opt_state`` updated by ``tx``, ``step + 1``;
         ``kwargs`` replace other fields (e.g. ``batch_stats=...``)."""
-        g_def = jax.tree_util.tree_structure(grads)
+        g_def: tp.Any = jax.tree_util.tree_structure(grads)  # PyTreeDef (stub unresolved)
         p_def = jax.tree_util.tree_structure(self.params)
         if g_def != p_def:
             _raise_mismatch(self.params, grads)
