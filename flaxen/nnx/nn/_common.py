@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import typing as tp
 
+_data_marker: tp.Callable[..., tp.Any] | None
 try:  # today's Pytree marks data attributes explicitly; older engines need no marker
     from flaxen.nnx.pytreelib import data as _data_marker  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - depends on the engine version

@@ -99,6 +99,7 @@ def _scan_cell(cell: tp.Any, carry: Carry, xs: Array, *, unroll: int,
         _, st = graphlib.split(m)
         return (st, h), ((h, y) if keep_carries else y)
 
+    out: tp.Any
     try:
         (state, carry), out = jax.lax.scan(step, (state, carry), xs, unroll=unroll)
         graphlib.update(cell, state)
@@ -196,7 +197,7 @@ class RNN(Module):
             self.cell, initial_carry, xs, unroll=self.unroll,
             broadcast_rngs=self.broadcast_rngs, keep_carries=keep_carries,
         )
-        if keep_carries:
+        if keep_carries and seq_lengths is not None:
             carries, out = out
             carry = _select_last(carries, seq_lengths)
         outputs = jax.tree_util.tree_map(lambda y: jnp.moveaxis(y, 0, time_axis), out)

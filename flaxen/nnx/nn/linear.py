@@ -168,7 +168,8 @@ class LinearGeneral(Module):
                 f"LinearGeneral: axis {self.axis} and in_features {self.in_features} must have "
                 "the same length (one input size per contracted axis)."
             )
-        self.batch_axis = FrozenDict(batch_axis if batch_axis is not None else {})
+        self.batch_axis: FrozenDict[int, int] = FrozenDict(
+            batch_axis if batch_axis is not None else {})
         self.use_bias = use_bias
         self.dtype = dtype
         self.param_dtype = param_dtype

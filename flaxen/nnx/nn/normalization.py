@@ -354,9 +354,10 @@ class GroupNorm(Module):
                     f"({group_size}). Choose a group_size that divides {num_features}."
                 )
             num_groups = num_features // group_size
-        if num_groups <= 0 or num_features % num_groups:
+        n_groups = tp.cast(int, num_groups)  # exactly one of the two was given (checked above)
+        if n_groups <= 0 or num_features % n_groups:
             raise ValueError(
-                f"Number of groups ({num_groups}) does not divide the number of features "
+                f"Number of groups ({n_groups}) does not divide the number of features "
                 f"({num_features}). Choose num_groups among the divisors of {num_features}."
             )
         shape = (num_features,)
@@ -365,8 +366,8 @@ class GroupNorm(Module):
             use_bias, bias_init, bias_metadata,
         )
         self.num_features = num_features
-        self.num_groups = num_groups
-        self.group_size = num_features // num_groups
+        self.num_groups = n_groups
+        self.group_size = num_features // n_groups
         self.epsilon = epsilon
         self.dtype = dtype
         self.param_dtype = param_dtype

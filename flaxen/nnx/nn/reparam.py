@@ -86,7 +86,7 @@ class WeightNorm(Module):
         promote_dtype: tp.Callable[..., tp.Any] | None = None,
         rngs: Rngs,
     ) -> None:
-        self.layer_instance = layer_instance
+        self.layer_instance: tp.Any = layer_instance  # any callable Module
         self.feature_axes = () if feature_axes is None else feature_axes
         self.use_scale = use_scale
         self.epsilon = epsilon
@@ -163,7 +163,7 @@ class SpectralNorm(Module):
         update_stats: bool = True,
         rngs: Rngs,
     ) -> None:
-        self.layer_instance = layer_instance
+        self.layer_instance: tp.Any = layer_instance  # any callable Module
         self.n_steps = n_steps
         self.epsilon = epsilon
         self.dtype = dtype

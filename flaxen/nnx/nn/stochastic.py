@@ -115,7 +115,7 @@ class Dropout(Module):
             shape[d] = 1
         # the mask takes the inputs' sharding (explicit-sharding meshes keep their layout)
         sharding = getattr(jax.typeof(inputs), "sharding", None)
-        kw = {"out_sharding": sharding} if _explicit(sharding) else {}
+        kw: dict[str, tp.Any] = {"out_sharding": sharding} if _explicit(sharding) else {}
         mask = jax.random.bernoulli(key, p=keep_prob, shape=shape, **kw)
         mask = jnp.broadcast_to(mask, inputs.shape)
         return lax.select(mask, inputs / keep_prob, jnp.zeros_like(inputs))

@@ -211,9 +211,12 @@ class CustomVjp:
             args_in = _lift.enter(lift.static, vals, leaves)[0]
             nd_args = [args_in[i] for i in nondiff_sorted]
             if updates:
-                grads = self._bwd_graph(bwd, plan, box["aux"], nd_args, res, cts, args)
+                grads = self._bwd_graph(bwd, plan,  # type: ignore[arg-type]  # set with fwd
+                                         box["aux"], nd_args, res, cts, args)
             else:
-                grads = self._bwd_functional(bwd, plan, box, nd_args, res, cts, vals, args)
+                grads = self._bwd_functional(
+                    bwd, plan,  # type: ignore[arg-type]  # set with fwd
+                    box, nd_args, res, cts, vals, args)
             return grads, None
 
         prim.defvjp(prim_fwd, prim_bwd)
@@ -257,7 +260,7 @@ class CustomVjp:
                 continue
             tl = _lift.Lift((ct,), {})
             tvals = tl.values
-            tocc = {}
+            tocc: dict[tp.Any, int] = {}
             if tl.static.defs:
                 from flaxen.nnx.transforms._axes import occurrences
 
@@ -305,7 +308,7 @@ class CustomVjp:
                         res: tp.Any, cts: tuple, vals: list, args: tuple) -> tuple:
         ct_new, ct_out_values, ct_out_leaves = cts
         out_g = _functional.build_output(box["fo"], ct_out_values, ct_out_leaves)
-        extra = ()
+        extra: tuple = ()
         updated = box.get("updated") or []
         if _takes_updates(bwd, len(nd_args)):
             extra = (self._updates_g(plan, set(updated), ct_new, vals, args),)
@@ -346,6 +349,7 @@ class CustomVjp:
             blank(r, d)
         out = []
         for k in plan.diff_args:
+            treedef: tp.Any  # jax PyTreeDef
             _, treedef = jax.tree_util.tree_flatten(args[k], is_leaf=_lift.is_node)
             new = []
             for p in plan.arg_leaves[k]:

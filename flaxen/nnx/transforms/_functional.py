@@ -180,7 +180,7 @@ def finish(lift: _lift.Lift, fo: FnOut, new_values: tp.Sequence[tp.Any],
 
 # -- jax.Ref values: they go into a traced function but cannot come out of one ----------------
 
-_Ref = getattr(jax, "Ref", None)
+_Ref: tp.Any = getattr(jax, "Ref", None)
 
 
 def has_refs(*seqs: tp.Sequence[tp.Any]) -> bool:

@@ -162,6 +162,7 @@ def _graph_grads(args: tuple, n: int, lift: _lift.Lift, layout: _Layout, vpos: l
     defs = lift.static.defs
     by_pos = dict(zip(vpos, gvals))
     by_leaf = dict(zip(lpos, gleaves))
+    treedef: tp.Any  # jax PyTreeDef
     leaves, treedef = jax.tree_util.tree_flatten(args[n], is_leaf=_lift.is_node)
     out = []
     for p, _leaf in zip(layout.arg_leaves[n], leaves):
@@ -194,6 +195,7 @@ def _tree_grads(args: tuple, n: int, lift: _lift.Lift, layout: _Layout, full: li
     defs = lift.static.defs
     roots = eng.unflatten(defs, full)[0] if defs else []
     by_leaf = dict(zip(lpos, gleaves))
+    treedef: tp.Any  # jax PyTreeDef
     leaves, treedef = jax.tree_util.tree_flatten(args[n], is_leaf=_lift.is_node)
     out = []
     for p in layout.arg_leaves[n]:
@@ -268,7 +270,7 @@ def _grad_impl(f: tp.Callable, argnums: tp.Any, has_aux: bool, holomorphic: bool
         else:
             grads, aux_parts = fn(*diff_in)
         if updates:
-            aux = lift.finish(lift.out, *aux_parts)
+            aux = lift.finish(lift.out, *aux_parts)  # type: ignore[arg-type]  # set by the trace
             results = [_graph_grads(args, n, lift, layout, vp, lp, gv, gl)
                        for n, (vp, lp), (gv, gl) in zip(nums, positions, grads)]
         else:

@@ -160,6 +160,7 @@ def _constrain_out(out: tp.Any, out_shardings: tp.Any) -> tp.Any:
     def one(p: tp.Any, sub: tp.Any) -> tp.Any:
         if p is None:
             return sub
+        treedef: tp.Any  # jax PyTreeDef
         leaves, treedef = jax.tree_util.tree_flatten(sub, is_leaf=_lift.is_node)
         new = []
         for leaf in leaves:
@@ -361,7 +362,8 @@ class JitWrapped(legacy.JitWrapped):
 
     def lower(self, *args: tp.Any, **kwargs: tp.Any) -> Lowered:
         lift, values, leaves, _ = self._prepare(args, kwargs)
-        return Lowered(self._default.lower(lift.static, values, leaves), self)
+        jitted: tp.Any = self._default  # a jax.jit wrapper
+        return Lowered(jitted.lower(lift.static, values, leaves), self)
 
     def eval_shape(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         lift, values, leaves, _ = self._prepare(args, kwargs)
@@ -553,6 +555,7 @@ def cached_partial(f: tp.Callable[..., tp.Any], *cached_args: tp.Any, graph: boo
             "", "cached_partial is a graph-mode-only API and requires graph_updates=True.",
             "Pass graph=True, graph_updates=True (or use nnx.compat.cached_partial); in "
             "tree mode use nnx.jit_partial.")
+    treedef: tp.Any  # jax PyTreeDef
     leaves, treedef = jax.tree_util.tree_flatten(cached_args, is_leaf=_lift.is_node)
     pos = [i for i, x in enumerate(leaves) if _lift.is_node(x)]
     if pos:

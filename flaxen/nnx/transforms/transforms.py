@@ -107,7 +107,8 @@ def eval_shape(f: tp.Callable[..., tp.Any], *args: tp.Any, graph: bool | None = 
             return _functional.unref(out, ())[0] if _functional.has_refs(*out) else out
 
         values, out_leaves = jax.eval_shape(pure_values, lift.values, lift.leaves)
-        return lift.finish(lift.out, values, out_leaves, update_inputs=False)
+        return lift.finish(lift.out, values, out_leaves,  # type: ignore[arg-type]  # traced
+                           update_inputs=False)
     _functional.check_no_shared(lift.static, "eval_shape")
     box: list = []
 
@@ -147,7 +148,7 @@ def checkify(f: tp.Callable[..., tp.Any], errors: frozenset = _checkify.user_che
         if g and gu:
             err, (values, out_leaves) = _checkify.checkify(lift.pure(f), errors=errors)(
                 lift.values, lift.leaves)
-            return err, lift.finish(lift.out, values, out_leaves)
+            return err, lift.finish(lift.out, values, out_leaves)  # type: ignore[arg-type]  # traced
         if not g:
             _functional.check_no_shared(lift.static, "checkify")
         box: list = []
