@@ -72,7 +72,7 @@ class _Source:
         return ns["_factory"](**env)
 
 
-def _var_paths(defs: tuple) -> list[tuple[tuple, tuple]] | None:
+def _var_paths(defs: tuple) -> list[tuple[tuple, VariableDef]] | None:
     """``(path, var def)`` of each Variable in walk order, or None for graphs too large."""
     if count_defs(defs) > _MAX_OBJECTS:
         return None

@@ -184,7 +184,8 @@ def flatten(roots: tp.Sequence[tp.Any], root_paths: tp.Sequence[tuple] | None = 
             i = len(refs)
             ids[id(x)] = i
             refs.append(x)
-            d = x.__dict__
+            d: dict[tp.Any, tp.Any] = x.__dict__
+            attrs: tuple
             if tx._graph_int_keys:
                 attrs = tuple((int(k), visit(d[k], (*path, int(k)))) for k in sorted(d, key=int))
             else:
@@ -196,6 +197,7 @@ def flatten(roots: tp.Sequence[tp.Any], root_paths: tp.Sequence[tuple] | None = 
             leaves.append(x)
             paths.append(path)
             return VariableDef(ArrayLeaf, -1, ())
+        full_def: tp.Any  # jax's PyTreeDef (unresolved by mypy)
         full, full_def = _tree_flatten(x, is_leaf=_is_graph_leaf)
         if full_def.num_nodes == 1 and full_def.num_leaves == 1:  # x itself is a leaf
             return Static(freeze(x))
@@ -264,7 +266,7 @@ def clear_cache() -> None:
 # -- the builder ---------------------------------------------------------------------------
 
 def new_variable(typ: type, value: tp.Any, meta: dict) -> Variable:
-    var = object.__new__(typ)
+    var: tp.Any = object.__new__(typ)
     object.__setattr__(var, "_var_metadata", meta)
     object.__setattr__(var, "_trace_state", _current_trace())
     object.__setattr__(var, "raw_value", value)

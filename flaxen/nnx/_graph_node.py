@@ -43,6 +43,8 @@ class GraphNode:
     """Base class of objects that NNX walks as graph nodes (see the module docstring)."""
 
     __slots__ = ("_nnx_trace", "__dict__", "__weakref__")
+    if tp.TYPE_CHECKING:  # a slot, set in __new__ (kept out of __annotations__)
+        _nnx_trace: object
     __treescope_repr__ = _treescope.graph_node_repr
     # True for nodes whose attribute names are decimal strings standing for list indices
     # (nnx.List): the graph walk uses the integer as the path key.
@@ -92,6 +94,6 @@ class GraphNode:
 
 def new_node(typ: type) -> tp.Any:
     """An empty instance of graph-node type ``typ`` (no ``__init__``), owned by this trace."""
-    obj = object.__new__(typ)
+    obj: tp.Any = object.__new__(typ)
     object.__setattr__(obj, "_nnx_trace", _current_trace())
     return obj

@@ -111,7 +111,7 @@ def var_def_paths(defs: tp.Iterable[Def], root_paths: tp.Sequence[tuple] | None 
     walker every consumer of definitions (split, merge, codegen, transforms) shares."""
     out: list = []
 
-    def walk(d: Def, path: tuple) -> None:
+    def walk(d: tp.Any, path: tuple) -> None:  # a Def; dispatched on its exact type
         t = type(d)
         if t is VariableDef:
             out.append((path, d))
@@ -159,7 +159,7 @@ class GraphDef(tp.Generic[Node]):
         return (self.defs,)  # generated code is per process and cannot be pickled
 
     def __setstate__(self, state: tuple) -> None:
-        self.__init__(state[0])
+        self.__init__(state[0])  # type: ignore[misc]  # re-runs this class's own __init__
 
     def __hash__(self) -> int:
         return self._hash
@@ -183,7 +183,7 @@ class GraphDef(tp.Generic[Node]):
         return "GraphDef(" + ", ".join(_def_repr(d, 0) for d in self.defs) + ")"
 
 
-def _def_repr(d: Def, depth: int) -> str:
+def _def_repr(d: tp.Any, depth: int) -> str:  # d: a Def, dispatched on its exact type
     pad = "  " * depth
     t = type(d)
     if t is NodeDef:

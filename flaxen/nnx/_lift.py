@@ -230,6 +230,7 @@ def exit(inner: Inner, out: tp.Any) -> tuple[list, list, OutStatic]:
     in_defs = inner.static.defs
     fast = (not out_nodes and fg is not None and not fg.has_arrays and defs == in_defs
             and all(a == b for a, b in pairs) and len(pairs) == len(fg.refs))
-    gd = inner.static.graphdef if fast else ApiGraphDef(defs)
+    # fast implies the inputs were split, so their graphdef is set
+    gd: GraphDef = inner.static.graphdef if fast else ApiGraphDef(defs)  # type: ignore[assignment]
     return values, out_leaves, OutStatic(gd, pairs, out_treedef, out_pos, n_in, n_in_leaves,
                                          paths, fast)

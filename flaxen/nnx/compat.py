@@ -18,8 +18,8 @@ import typing as tp
 
 from flaxen.nnx import graphlib as _graphlib
 
-_GRAPH_ONLY = {"graph": True}
-_BOTH = {"graph": True, "graph_updates": True}
+_GRAPH_ONLY: dict[str, tp.Any] = {"graph": True}
+_BOTH: dict[str, tp.Any] = {"graph": True, "graph_updates": True}
 
 split = functools.partial(_graphlib.split, **_GRAPH_ONLY)
 state = functools.partial(_graphlib.state, **_GRAPH_ONLY)

@@ -159,7 +159,7 @@ def is_node(x: tp.Any) -> bool:
 
 
 def _intern(new: eng.FlatGraph, old: eng.FlatGraph | None) -> None:
-    gd = GraphDef(new.defs)
+    gd: GraphDef[tp.Any] = GraphDef(new.defs)
     if old is not None and old.graphdef == gd:
         gd = old.graphdef
     new.graphdef = gd
@@ -406,7 +406,7 @@ def pop(node: Node, *filters: filterlib.Filter) -> State | tuple[State, ...]:
         return str(k) if type(n)._graph_int_keys else k
 
     for p in removed:
-        parent = node
+        parent: tp.Any = node
         for k in p[:-1]:
             parent = parent.__dict__[attr(parent, k)] if isinstance(parent, GraphNode) \
                 else parent[k]

@@ -165,7 +165,7 @@ jax.tree_util.register_pytree_node(TreeGraphDef, lambda g: ((), g), lambda g, _:
 
 
 def _intern(new: eng.FlatGraph, old: eng.FlatGraph | None) -> None:
-    gd = GraphDef(new.defs)
+    gd: GraphDef[tp.Any] = GraphDef(new.defs)
     if old is not None and old.graphdef == gd:
         gd = old.graphdef
     new.graphdef = gd
@@ -254,6 +254,7 @@ def flatten(node: tp.Any, /, *, with_paths: bool = True, ref_index: RefMap | Non
     """``(graphdef, FlatState of (path, leaf))``, or ``(graphdef, [leaf, ...])`` with
     ``with_paths=False``. Leaves are the Variables themselves (and bare arrays).
     ``ref_index`` (a :class:`RefMap`) receives ``object -> index`` of every shared object."""
+    gd: TreeGraphDef | GraphDef
     if not _mode(graph):
         gd, paths, leaves = _tree_flatten(node)
     else:

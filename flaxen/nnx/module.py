@@ -269,7 +269,9 @@ class LegacyModule(Module, pytree=False):
         super().__init_subclass__(**kwargs)
         if experimental_pytree:
             jax.tree_util.register_pytree_with_keys(
-                cls, _module_flatten_with_keys, _module_unflatten, flatten_func=_module_flatten)
+                cls, _module_flatten_with_keys,
+                _module_unflatten,  # type: ignore[arg-type]  # jax passes children as a tuple
+                flatten_func=_module_flatten)
 
     def __post_init__(self) -> None:
         # a dataclass Module runs ``setup`` (when it defines one) after its generated __init__
@@ -325,7 +327,7 @@ class _InitCaller:
     def __init__(self, module: Module) -> None:
         self._module = module
 
-    def _run(self, fn: tp.Callable, args: tuple, kwargs: dict) -> tp.Any:
+    def _run(self, fn: tp.Any, args: tuple, kwargs: dict) -> tp.Any:  # fn: a callable
         prev = _INITIALIZING[0]
         _INITIALIZING[0] = True
         try:

@@ -222,11 +222,14 @@ class _Status(dict):
 class PytreeMeta(ABCMeta):
     """Runs the Pytree checks once ``__init__`` returns (attributes set any way)."""
 
+    if tp.TYPE_CHECKING:  # declared on Pytree, the classes this metaclass makes
+        _pytree__is_pytree: bool
+
     @property
     def __signature__(cls) -> inspect.Signature:
         # This metaclass's __call__ would otherwise hide __init__'s parameters from
         # inspect.signature (help(), IDEs, tools reading defaults).
-        sig = inspect.signature(cls.__init__)
+        sig = inspect.signature(cls.__init__)  # type: ignore[misc]  # cls is the class
         return sig.replace(parameters=list(sig.parameters.values())[1:])
 
     def __call__(cls, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
