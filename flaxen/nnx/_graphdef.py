@@ -19,7 +19,7 @@ with no leaves, so it passes through ``jax.jit`` as static metadata.
 >>> from flaxen import nnx
 >>> gd, _ = nnx.split(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
 >>> gd.nodedef.type.__name__, [k for k, _ in gd.nodedef.attributes][:2]
-('Linear', ['bias', 'bias_init'])
+('Linear', ['bias', 'dot_general'])
 >>> [type(d).__name__ for d in var_defs(gd.defs)]
 ['VariableDef', 'VariableDef']
 """
