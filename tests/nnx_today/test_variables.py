@@ -9,7 +9,6 @@ from flaxen import nnx
 from flaxen.core import freeze
 from flaxen.experimental import nnx as old_nnx
 
-
 # -- Variable as a pytree and as an array ---------------------------------------------------
 
 
