@@ -265,7 +265,7 @@ def write_target(target: Target, filled: dict[tuple, Any]) -> Any:
         return out
     from flaxen.nnx.graph import state, update
     from flaxen.nnx.state import State
-    from flaxen.nnx.variables import VariableState
+    from flaxen.nnx.variables import Variable, VariableState
 
     is_state = target.flavour == "nnx_state"
     src = (target.original if is_state else state(target.original)).flat_state()  # type: ignore[union-attr]
@@ -277,6 +277,8 @@ def write_target(target: Target, filled: dict[tuple, Any]) -> Any:
             continue
         if isinstance(leaf, VariableState):
             new = VariableState(leaf.type, new, **leaf.get_metadata())
+        elif isinstance(leaf, Variable):  # today's State holds the Variables themselves
+            new = leaf.replace(new)
         items.append((full, new))
     new_state = State.from_flat_path(items)
     if is_state:

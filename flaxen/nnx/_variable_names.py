@@ -9,10 +9,10 @@ Today's Flax names collections after Variable types: ``Param`` <-> ``'params'``,
 >>> from flaxen.nnx import _variable_names as names
 >>> names.variable_name_from_type(nnx.BatchStat)
 'batch_stats'
->>> @nnx.register_variable_name('counts')
-... class Count(nnx.Variable):
+>>> @nnx.register_variable_name('example_counts')  # a registry for the whole process
+... class ExampleCount(nnx.Variable):
 ...     pass
->>> names.variable_type_from_name('counts') is Count
+>>> names.variable_type_from_name('example_counts') is ExampleCount
 True
 """
 

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 
 import jax
 
+from flaxen import traceback_util
 from flaxen.nnx import _codegen, _graphdef, filterlib
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import graph as _legacy
@@ -333,6 +334,7 @@ def _split_parts(node: tp.Any, graph: bool | None) -> tuple[tp.Any, list, list]:
     return fg.graphdef, fg.paths, fg.leaves
 
 
+@traceback_util.api_boundary
 def split(node: A, *filters: filterlib.Filter, graph: bool | None = None) -> tuple:
     """``(graphdef, state)`` or ``(graphdef, state_1, ..., state_n)`` with filters (each
     Variable goes to the first filter it matches; they must cover every Variable)."""
@@ -350,6 +352,7 @@ def split(node: A, *filters: filterlib.Filter, graph: bool | None = None) -> tup
     return (gd, *_states(gd, paths, leaves, filters, True))
 
 
+@traceback_util.api_boundary
 def state(node: tp.Any, *filters: filterlib.Filter, graph: bool | None = None) -> tp.Any:
     """The node's State (of its Variables), or one State per filter."""
     gd, paths, leaves = _split_parts(node, graph)
@@ -408,6 +411,7 @@ class _NoState:
 _NO_STATE = _NoState()
 
 
+@traceback_util.api_boundary
 def merge(graphdef: tp.Any, state: tp.Any = _NO_STATE, /, *states: tp.Any) -> tp.Any:
     """Builds the object graph of ``graphdef`` around the given Variables (used as they are;
     raw values in pure dicts become new Variables)."""
@@ -507,6 +511,7 @@ class IndexMap(dict):
 
 # -- update / pop / clone ------------------------------------------------------------------
 
+@traceback_util.api_boundary
 def update(node: tp.Any, state: tp.Any, /, *states: tp.Any) -> None:
     """Writes the states' values (and metadata) into ``node``'s Variables, in place."""
     if isinstance(node, Variable):
@@ -521,6 +526,7 @@ def update(node: tp.Any, state: tp.Any, /, *states: tp.Any) -> None:
     _legacy.update(node, *flat)
 
 
+@traceback_util.api_boundary
 def pop(node: tp.Any, *filters: filterlib.Filter) -> tp.Any:
     """Removes the Variables matching ``filters`` from ``node``; returns them as States."""
     if not filters:
@@ -557,6 +563,7 @@ def _child(x: tp.Any, k: tp.Any) -> tp.Any:
     return x[k]
 
 
+@traceback_util.api_boundary
 def clone(node: A, /, *, graph: bool | None = None, variables: bool = True,
           arrays: bool = False) -> A:
     """A deep copy of ``node``: new Variables (and nodes), shared references kept shared.
