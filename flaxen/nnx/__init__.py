@@ -18,7 +18,7 @@ from flaxen.nnx._vmap_scan import Jit, Remat, Scan, Vmap
 from flaxen.nnx.errors import TraceContextError
 from flaxen.nnx.filterlib import All, Any, Everything, Not, Nothing, OfType, PathContains, WithTag
 from flaxen.nnx.filterlib import PathIn as PathIn
-from flaxen.nnx.graph import GraphNode, UpdateContext
+from flaxen.nnx.graph import GraphNode
 from flaxen.nnx import graphlib as graphlib
 from flaxen.nnx import compat as compat
 from flaxen.nnx.graphlib import (
@@ -48,6 +48,16 @@ from flaxen.nnx.graphlib import (
     with_attributes,
 )
 from flaxen.nnx.graphlib import graphdef as graphdef
+from flaxen.nnx._contexts import (
+    MergeContext,
+    SplitContext,
+    UpdateContext,
+    current_update_context,
+    merge_context,
+    split_context,
+    update_context,
+)
+from flaxen.nnx._tree_convert import NodeStates, from_tree, to_tree
 from flaxen.nnx.module import Dict, List, Module, Sequential, capture
 from flaxen.nnx import pytreelib as pytreelib
 from flaxen.nnx.pytreelib import (

@@ -412,9 +412,12 @@ _NO_STATE = _NoState()
 
 
 @traceback_util.api_boundary
-def merge(graphdef: tp.Any, state: tp.Any = _NO_STATE, /, *states: tp.Any) -> tp.Any:
-    """Builds the object graph of ``graphdef`` around the given Variables (used as they are;
-    raw values in pure dicts become new Variables)."""
+def merge(graphdef: tp.Any, state: tp.Any = _NO_STATE, /, *states: tp.Any,
+          copy: bool = False) -> tp.Any:
+    """Builds the object graph of ``graphdef`` around the given Variables (used as they are,
+    or copies of them with ``copy=True``; raw values in pure dicts become new Variables)."""
+    if copy:
+        state, states = _copy_vars(state), tuple(_copy_vars(s) for s in states)
     if not states and type(state) is State and type(graphdef) is GraphDef:
         fn = graphdef._merge_fn
         if fn is not None:
@@ -449,6 +452,11 @@ def merge(graphdef: tp.Any, state: tp.Any = _NO_STATE, /, *states: tp.Any) -> tp
     else:
         leaves = _legacy._leaves_from_states(defs, all_states, "merge")
     return eng.unflatten(defs[:1], leaves)[0][0]
+
+
+def _copy_vars(tree: tp.Any) -> tp.Any:
+    return jax.tree_util.tree_map(lambda v: v.copy() if isinstance(v, Variable) else v, tree,
+                                  is_leaf=lambda x: isinstance(x, Variable))
 
 
 def _single_leaf(states: tuple) -> tp.Any:
@@ -946,3 +954,17 @@ def view_info(node: tp.Any, /, *, only: filterlib.Filter = ..., graph: bool | No
         lines.append(f"{type(module).__name__}:")
         lines.extend(f"  {p}" for p in params)
     return "\n".join(lines)
+
+
+_CONTEXT_NAMES = frozenset({
+    "ArrayRefOutput", "MergeContext", "NO_UPDATE", "NoUpdate", "SplitContext",
+    "current_update_context", "merge_context", "split_context", "update_context"})
+
+
+def __getattr__(name: str) -> tp.Any:
+    # today's split/merge/update contexts live in _contexts (which imports this module)
+    if name in _CONTEXT_NAMES:
+        from flaxen.nnx import _contexts
+
+        return getattr(_contexts, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
