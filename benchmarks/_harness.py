@@ -35,6 +35,16 @@ def _time_once(fn: Callable[[], object], number: int) -> float:
     return (time.perf_counter() - start) / number
 
 
+def _autorange(fn: Callable[[], object], min_time: float) -> int:
+    """How many calls of ``fn`` take about ``min_time`` (growing tenfold, then scaled)."""
+    n = 1
+    while True:
+        total = _time_once(fn, n) * n
+        if total >= min_time / 10 or n >= 10**6:
+            return max(1, int(n * min_time / max(total, 1e-9)))
+        n *= 10
+
+
 def _block(out: object) -> None:
     try:
         import jax
@@ -54,21 +64,29 @@ def compare(
     min_time: float = 0.05,
     baseline: str = "jax",
     note: str = "",
+    warmup: int = 3,
 ) -> Result:
-    """Times each callable ``rounds`` times (``number`` calls per round) in rotated order."""
+    """Times each callable ``rounds`` times (``number`` calls per round) in rotated order.
+
+    Each callable is first called ``warmup`` times: flaxen generates straight-line code for
+    a graph definition it has seen twice, so the third call is the first steady-state one.
+    """
     impls = {k: v for k, v in impls.items() if v is not None}
-    for fn in impls.values():  # warm-up: compile, fill caches
-        _block(fn())
-    if number is None:
-        slowest = max(_time_once(fn, 1) for fn in impls.values())
-        number = max(1, int(min_time / max(slowest, 1e-9)))
+    for fn in impls.values():  # warm-up: compile, fill caches, let code be generated
+        for _ in range(warmup):
+            _block(fn())
+    # Each implementation gets its own call count, so that a round of it lasts about
+    # ``min_time``: one count for all (sized by the slowest) left fast implementations with
+    # a few calls per round, and the one ``block_until_ready`` at the end of a round (which
+    # walks the whole output tree) then weighed as much as the calls themselves.
+    numbers = {k: number or _autorange(fn, min_time) for k, fn in impls.items()}
     names = list(impls)
     samples: dict[str, list[float]] = {k: [] for k in names}
     for r in range(rounds):
         order = names[r % len(names):] + names[: r % len(names)]
         for name in order:
             gc.collect()
-            samples[name].append(_time_once(impls[name], number))
+            samples[name].append(_time_once(impls[name], numbers[name]))
     medians = {k: statistics.median(v) for k, v in samples.items()}
     if baseline not in medians:
         baseline = names[0]

@@ -170,6 +170,6 @@ def run(quick: bool) -> list[Result]:
         "flaxen": convert,
         "floor": lambda: _layout_floor(sd),
         "numpy": lambda: _copy_to_numpy(sd),
-    }, rounds=3, number=1, baseline="numpy", note=note)
+    }, rounds=3, number=1, baseline="numpy", note=note, warmup=1)
     result.note = f"flaxen/floor={result.ratio('flaxen', 'floor'):.2f}; " + result.note
     return [result]

@@ -21,6 +21,7 @@ top of these walks.
 
 from __future__ import annotations
 
+import operator
 import typing as tp
 
 import jax
@@ -48,6 +49,8 @@ _ARRAYS = (jax.Array, np.ndarray)
 _tree_flatten = jax.tree_util.tree_flatten
 _SNAPSHOT = frozenset({dict, list, State})  # mutable containers re-checked by identity
 _tree_leaves = jax.tree_util.tree_leaves
+_is = operator.is_
+_get_raw = operator.attrgetter("raw_value")
 MISSING = object()  # a leaf with no new value (unflatten keeps the existing one)
 
 
@@ -120,7 +123,7 @@ class FlatGraph:
     def values(self) -> list:
         """The current value of every leaf (a Variable's raw value, or the bare array)."""
         if not self.has_arrays:
-            return [x.raw_value for x in self.leaves]
+            return list(map(_get_raw, self.leaves))
         return [x.raw_value if isinstance(x, Variable) else x for x in self.leaves]
 
     def refmap(self) -> dict[int, int]:
@@ -131,8 +134,8 @@ class FlatGraph:
         for obj, treedef, leaves in self.containers:
             if treedef is None:  # a dict / list / State: its direct children, by identity
                 snap = _snapshot(obj)
-                if len(snap) != len(leaves) or any(
-                        a is not b for a, b in zip(snap, leaves)):
+                # map/all run in C: this check is on every nnx.jit call of a training loop
+                if len(snap) != len(leaves) or not all(map(_is, snap, leaves)):
                     return False
                 continue
             new_leaves, new_def = _tree_flatten(obj, is_leaf=_is_graph_leaf)
@@ -149,8 +152,8 @@ def _snapshot(x: tp.Any) -> tuple:
     t = type(x)
     if t is list:
         return tuple(x)
-    items = (x._mapping if t is State else x).items()
-    return tuple(v for kv in items for v in kv)
+    m = x._mapping if t is State else x
+    return (*m, *m.values())
 
 
 def flatten(roots: tp.Sequence[tp.Any], root_paths: tp.Sequence[tuple] | None = None

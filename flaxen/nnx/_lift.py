@@ -26,9 +26,11 @@ transform that needs per-leaf treatment (vmap's ``state_axes``, grad's ``wrt``) 
 
 from __future__ import annotations
 
+import itertools
 import typing as tp
 
 import jax
+import numpy as np
 
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx._graph_node import GraphNode
@@ -38,6 +40,8 @@ from flaxen.nnx.graph import _intern
 from flaxen.nnx.variables import Variable
 
 _flatten = jax.tree_util.tree_flatten
+_setattr = object.__setattr__
+_RAW = itertools.repeat("raw_value")
 
 
 def is_node(x: tp.Any) -> bool:
@@ -54,6 +58,40 @@ def _split_nodes(tree: tp.Any) -> tuple[list, tp.Any, tuple, tuple]:
             nodes.append(leaf)
             leaves[i] = None
     return leaves, treedef, tuple(pos), tuple(nodes)
+
+
+# Positional-only calls whose arguments are each a graph node, a Variable or an array (the
+# shape of nearly every training step) flatten the same way for the same argument types:
+# the treedef and node positions are remembered per tuple of types, which skips the pytree
+# walk and its per-leaf ``is_leaf`` callbacks.
+_LEAF_TYPES = frozenset({type(jax.numpy.zeros(())), np.ndarray, int, float, bool, complex})
+_SIGNATURES: dict[tuple, tuple[tp.Any, tuple]] = {}
+_MAX_SIGNATURES = 256
+
+
+def _simple_type(t: type) -> bool:
+    return t in _LEAF_TYPES or issubclass(t, (GraphNode, Variable))
+
+
+def split_args(args: tuple, kwargs: dict) -> tuple[list, tp.Any, tuple, tuple]:
+    """:func:`_split_nodes` of ``(args, kwargs)``, cached by argument types when it can be."""
+    if kwargs:
+        return _split_nodes((args, kwargs))
+    sig = tuple(map(type, args))
+    hit = _SIGNATURES.get(sig)
+    if hit is not None:
+        treedef, pos = hit
+        leaves = list(args)
+        nodes = tuple([args[i] for i in pos])
+        for i in pos:
+            leaves[i] = None
+        return leaves, treedef, pos, nodes
+    out = _split_nodes((args, kwargs))
+    if all(map(_simple_type, sig)):
+        if len(_SIGNATURES) >= _MAX_SIGNATURES:
+            _SIGNATURES.clear()
+        _SIGNATURES[sig] = (out[1], out[2])
+    return out
 
 
 class InStatic:
@@ -88,12 +126,17 @@ class Lift:
 
     __slots__ = ("flat", "leaves", "treedef", "node_pos", "static", "out", "built")
 
-    def __init__(self, args: tuple, kwargs: dict, extra: tp.Any = ()) -> None:
-        leaves, self.treedef, self.node_pos, nodes = _split_nodes((args, kwargs))
+    def __init__(self, args: tuple, kwargs: dict, extra: tp.Any = (),
+                 last: InStatic | None = None) -> None:
+        leaves, self.treedef, self.node_pos, nodes = split_args(args, kwargs)
         self.leaves = leaves
         self.flat = eng.flatten_cached(nodes, _intern) if nodes else None
         gd = self.flat.graphdef if self.flat is not None else None
-        self.static = InStatic(gd, self.treedef, self.node_pos, extra)
+        if (last is not None and last.graphdef is gd and last.treedef is self.treedef
+                and last.node_pos == self.node_pos and last.extra == extra):
+            self.static = last  # the previous call's: no hashing, and jax's cache hits by id
+        else:
+            self.static = InStatic(gd, self.treedef, self.node_pos, extra)
         self.out: OutStatic | None = None
         self.built: dict[int, tp.Any] = {}  # index -> object, of the last slow write-back
 
@@ -130,9 +173,9 @@ class Lift:
         """Step 4: write back into the original objects and rebuild the output."""
         flat = self.flat
         if out.fast and flat is not None and update_inputs:
-            setter = object.__setattr__
-            for var, x in zip(flat.leaves, values):
-                setter(var, "raw_value", x)
+            # one C-level loop; object.__setattr__ skips Variable's checked __setattr__
+            for _ in map(_setattr, flat.leaves, _RAW, values):
+                pass
             return out.out_treedef.unflatten(out_leaves)
         if update_inputs:
             refs = flat.refs if flat is not None else []

@@ -153,9 +153,11 @@ class JitWrapped:
         if self.donate_argnums or self.donate_argnames:
             donate_idx = _donated_leaf_indices(args, kwargs, self.donate_argnums,
                                                self.donate_argnames)
-        lift = _lift.Lift(args, kwargs, extra=(static_vals, donate_idx))
         last = self._last_static
-        if last is not None and last == lift.static:
+        lift = _lift.Lift(args, kwargs, extra=(static_vals, donate_idx), last=last)
+        if lift.static is last:
+            pass
+        elif last is not None and last == lift.static:
             lift.static = last  # the same object again: jax's cache lookup stops at identity
         else:
             self._last_static = lift.static
