@@ -71,7 +71,7 @@ def test_signature_with_variable_scalar_and_array_arguments():
         v.value += s * x
         return v.value.sum()
 
-    for i in range(3):
+    for _ in range(3):
         out = add(v, 2, jnp.ones(3))
     np.testing.assert_allclose(v.value, np.full(3, 6.0))
     assert float(out) == 18.0
