@@ -28,6 +28,7 @@ import jax
 
 from flaxen.errors import SetAttributesNotFoundError, SowTypeError
 from flaxen.nnx import _trace, filterlib
+from flaxen.nnx._capture import CAPTURES, capture, put, store_for
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx.graph import iter_graph, merge, split
 from flaxen.nnx.pytreelib import Pytree, _is_tag, has_data, is_data
@@ -67,13 +68,14 @@ class Module(Pytree):
         Inside :func:`flaxen.nnx.capture` the value goes to the capture instead.
         """
         variable_type = _variable_type(variable_type)
-        captures = _CAPTURES.get(id(self)) if _CAPTURES else None
-        if captures is not None:
-            for vt, store in captures:
-                if vt is variable_type:
-                    store[name] = reduce_fn(store[name] if name in store else init_fn(), value)
-                    return True
-            return False
+        stores = self.__dict__.get(CAPTURES)
+        if stores is not None:  # inside nnx.capture: into its store of this type, if any
+            store = store_for(stores, variable_type)
+            if store is None:
+                return False
+            held = store.raw_value
+            put(store, name, reduce_fn(held[name] if name in held else init_fn(), value))
+            return True
         if name in self.__dict__:
             var = self.__dict__[name]
             if not isinstance(var, Variable):
@@ -100,15 +102,16 @@ class Module(Pytree):
 
             variable_type = getattr(_v, "Perturbation", Intermediate)
         variable_type = _variable_type(variable_type)
-        captures = _CAPTURES.get(id(self)) if _CAPTURES else None
-        if captures is not None:
-            for vt, store in captures:
-                if vt is variable_type:
-                    if name not in store:
-                        store[name] = jax.tree.map(jnp.zeros_like, value)
-                    old = store[name]
-                    return (old.value if isinstance(old, Variable) else old) + value
-            return value
+        stores = self.__dict__.get(CAPTURES)
+        if stores is not None:  # inside nnx.capture: the perturbation lives in its store
+            store = store_for(stores, variable_type)
+            if store is None:
+                return value
+            held = store.raw_value
+            if name not in held:
+                put(store, name, jax.tree.map(jnp.zeros_like, value))
+                held = store.raw_value
+            return jax.tree.map(lambda a, b: a + b, held[name], value)
         if name in self.__dict__:
             var = self.__dict__[name]
             if not isinstance(var, variable_type):
@@ -172,82 +175,6 @@ class Module(Pytree):
         from flaxen.nnx.visualization import module_repr
 
         return module_repr(self)
-
-
-# id(module) -> ((variable type, {name: value}), ...) while nnx.capture runs
-_CAPTURES: dict[int, tuple] = {}
-
-
-def capture(fn: tp.Any, *var_types: type[Variable], init: tp.Any = None,
-            method_outputs: type[Variable] | None = None) -> tp.Callable[..., tuple]:
-    """Wraps ``fn`` (a Module, a bound Module method, or a function whose first argument is
-    a Module) so that calling it returns ``(output, captured)``: what its Modules
-    :meth:`~Module.sow` (and :meth:`~Module.perturb`) for ``var_types``, as a State nested by
-    module path (one State per type when several are given). ``init`` seeds the stores,
-    e.g. with the perturbations of an earlier capture."""
-    if method_outputs is not None and method_outputs not in var_types:
-        var_types = (*var_types, method_outputs)
-
-    def run(*args: tp.Any, **kwargs: tp.Any) -> tuple:
-        from flaxen.nnx.graphlib import iter_modules
-        from flaxen.nnx.state import State
-
-        root = fn if isinstance(fn, Module) else getattr(fn, "__self__", None)
-        if not isinstance(root, Module):
-            root = next((a for a in args if isinstance(a, Module)), None)
-        modules = list(iter_modules(root, graph=True)) if root is not None else []
-        installed = []
-        for path, m in modules:
-            if id(m) in _CAPTURES:
-                continue
-            seed = _lookup(init, path)
-            stores = tuple((vt, {k: (v.value if isinstance(v, Variable) else v)
-                                 for k, v in seed.items() if not _is_mapping(v)})
-                           for vt in var_types)
-            _CAPTURES[id(m)] = stores
-            installed.append((path, m, stores))
-        try:
-            out = fn(*args, **kwargs)
-        finally:
-            for _, m, _ in installed:
-                _CAPTURES.pop(id(m), None)
-        results = []
-        for vt in var_types:
-            root_dict: dict = {}
-            for path, _, stores in installed:
-                store = dict(stores)[vt]
-                if not store:
-                    continue
-                d = root_dict
-                for k in path:
-                    d = d.setdefault(k, {})
-                for k, v in store.items():
-                    d[k] = vt(v)
-            results.append(_to_state(root_dict, State))
-        return out, (results[0] if len(results) == 1 else tuple(results))
-
-    return run
-
-
-def _is_mapping(x: tp.Any) -> bool:
-    return isinstance(x, MutableMapping) or isinstance(x, dict)
-
-
-def _lookup(init: tp.Any, path: tuple) -> tp.Any:
-    d = init
-    for k in path:
-        if d is None:
-            return {}
-        try:
-            d = d[k]
-        except (KeyError, TypeError, IndexError):
-            return {}
-    return d if d is not None and hasattr(d, "items") else {}
-
-
-def _to_state(d: dict, state_cls: type) -> tp.Any:
-    return state_cls({k: _to_state(v, state_cls) if type(v) is dict else v
-                      for k, v in d.items()})
 
 
 def _variable_type(t: tp.Any) -> type:
@@ -521,4 +448,4 @@ def _accepts(fn: tp.Any, name: str) -> bool:
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
-__all__ = ["Dict", "Intermediate", "LegacyModule", "List", "Module", "Sequential"]
+__all__ = ["Dict", "Intermediate", "LegacyModule", "List", "Module", "Sequential", "capture"]

@@ -228,14 +228,8 @@ def _grad_impl(f: tp.Callable, argnums: tp.Any, has_aux: bool, holomorphic: bool
                    for vp, lp in positions]
         if not updates and lift.static.defs:
             _check_aliasing(lift, layout, nums, positions, name)
-        if updates:
-            for n, (vp, lp) in zip(nums, positions):
-                if not vp and not lp and layout.roots(n):
-                    raise NNXTransformError(
-                        f"argument {n}", f"nnx.{name}: the filter "
-                        f"{filters.get(n, Param)!r} matches no Variable of this "
-                        f"{type(args[n]).__name__}, so there is nothing to differentiate",
-                        "Use a filter that selects its trainable state, e.g. nnx.Param.")
+        # a filter matching nothing is no error (as in Flax): that argument's gradient is an
+        # empty State
         box: list = []
 
         def inner(*diff: tp.Any) -> tp.Any:

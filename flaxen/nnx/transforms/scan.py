@@ -492,9 +492,28 @@ def scan(
                       transform_metadata)
         n_args = len(flat.roots)
         carry_res = built_roots[carry_pos] if carry_pos is not None else None
+        if not updates and carry_res is not None:
+            carry_res = _detached(carry_res)
         return _join_output(carry_res, built_roots[n_args], trace["jpos"])
 
     return scan_wrapper
+
+
+def _detached(tree: tp.Any) -> tp.Any:
+    """Functional modes: the returned carry with new graph nodes around the same Variables.
+    The inputs were brought up to date in place; the nodes of the output, like any pytree
+    output, are not the inputs (an enclosing functional ``nnx.jit`` refuses returning its
+    inputs), while each Variable keeps its identity (as Flax's scan preserves it)."""
+    leaves, treedef = jax.tree_util.tree_flatten(
+        tree, is_leaf=lambda x: isinstance(x, (GraphNode, Variable)))
+    pos = [i for i, x in enumerate(leaves) if isinstance(x, (GraphNode, Variable))]
+    if not pos:
+        return tree
+    fg = eng.flatten(tuple(leaves[i] for i in pos))
+    copies, _ = eng.unflatten(fg.defs, fg.leaves)  # Variables given: reused as they are
+    for i, c in zip(pos, copies):
+        leaves[i] = c
+    return treedef.unflatten(leaves)
 
 
 def _leaf_order(flat: Flat, fg: tp.Any, built: dict) -> list[tuple[str, int]]:
