@@ -113,6 +113,8 @@ _COMMON_ENV = {
     "_dict": dict,
     "_len": len,
     "_type": type,
+    "_tuple": tuple,
+    "_map": map,
     "_VS": VariableState,
     "_S": State,
     "_MISS": MISS,
@@ -171,26 +173,34 @@ def make_merge_fn(defs: tuple, variables: bool = False) -> tp.Callable[[State], 
         return None
     src = _Source()
     ln = src.lines
-    ln.append("m0 = s._mapping")
+    # Every lookup first, in one try block (a missing key or a non-State in the way ends
+    # it), then the exact type of every State and leaf checked at once against a constant
+    # tuple: one C-level pass instead of a Python test per object.
+    ln.append("try:")
+    ln.append("    m0 = s._mapping")
+    checked: list[str] = []
+    expected: list[type] = []
 
     def lookup(node: dict, m: str) -> None:
-        ln.append(f"if _len({m}) != {len(node)}: return _MISS")
+        ln.append(f"    if _len({m}) != {len(node)}: return _MISS")
         for k, sub in node.items():
             if type(sub) is int:
-                ln.append(f"l{sub} = {m}[{src.const(k)}]")
-                if variables:
-                    ln.append(f"if _type(l{sub}) is not {src.const(vp[sub][1].type)}: "
-                              "return _MISS")
-                else:
-                    ln.append(f"if _type(l{sub}) is not _VS: return _MISS")
+                ln.append(f"    l{sub} = {m}[{src.const(k)}]")
+                checked.append(f"l{sub}")
+                expected.append(vp[sub][1].type if variables else VariableState)
             else:
                 child = src.fresh("m")
-                ln.append(f"{child} = {m}[{src.const(k)}]")
-                ln.append(f"if _type({child}) is not _S: return _MISS")
-                ln.append(f"{child} = {child}._mapping")
+                ln.append(f"    n{child} = {m}[{src.const(k)}]; {child} = n{child}._mapping")
+                checked.append(f"n{child}")
+                expected.append(State)
                 lookup(sub, child)
 
     lookup(trie, "m0")
+    ln.append("except (AttributeError, KeyError, TypeError):")
+    ln.append("    return _MISS")
+    if checked:
+        ln.append(f"if _tuple(_map(_type, ({', '.join(checked)},))) != "
+                  f"{src.const(tuple(expected))}: return _MISS")
     ln.append("tr = _current_trace()")
     counter = [0]
     ok = [True]
@@ -222,9 +232,23 @@ def make_merge_fn(defs: tuple, variables: bool = False) -> tp.Callable[[State], 
             if d.metadata is not None:
                 ln.append(f"_set_status({o}, {src.const(d.metadata)})")
             str_keys = d.type._graph_int_keys
-            items = [f"{src.const(str(k) if str_keys else k)}: {build(s)}"
-                     for k, s in d.attributes]
-            ln.append(f"{src.const(setter)}({o}, {{{', '.join(items)}}})")
+            keys = [str(k) if str_keys else k for k, _ in d.attributes]
+            exprs = [build(s) for _, s in d.attributes]
+            fixed = [type(s) is Static for _, s in d.attributes]
+            if sum(fixed) >= 2:
+                # a copy of a template holding the static attributes, then the others
+                # assigned: several times cheaper than a dict display of every attribute
+                template = {k: (sub.get() if f else None)
+                            for k, (_, sub), f in zip(keys, d.attributes, fixed)}
+                dn = src.fresh("d")
+                ln.append(f"{dn} = {src.const(template)}.copy()")
+                for k, e, f in zip(keys, exprs, fixed):
+                    if not f:
+                        ln.append(f"{dn}[{src.const(k)}] = {e}")
+                ln.append(f"{src.const(setter)}({o}, {dn})")
+            else:
+                items = [f"{src.const(k)}: {e}" for k, e in zip(keys, exprs)]
+                ln.append(f"{src.const(setter)}({o}, {{{', '.join(items)}}})")
             return o
         subs = [build(s) for _, s in d.attributes]
         t_ = src.fresh("t")
