@@ -181,10 +181,13 @@ def plan(source: Any, target: Any, rules: Mapping[str, Any] | None = None
     pairs: list[tuple[TorchUnit, TargetUnit]] = []
     free_t, free_u = list(units), list(t_units)
 
+    free_ids = {id(u) for u in units}
+
     def take(s: TorchUnit, t: TargetUnit) -> None:
         pairs.append((s, t))
         free_t.remove(s)
         free_u.remove(t)
+        free_ids.discard(id(s))
 
     by_name = {u.name: u for u in t_units}
     for prefix, path in unit_pins.items():
@@ -196,11 +199,18 @@ def plan(source: Any, target: Any, rules: Mapping[str, Any] | None = None
                             f"{'torch module' if s is None else 'target layer'} there")
             continue
         take(s, t)
-    for t in list(free_u):  # by name
-        names = _target_names(t)
-        s = next((u for u in free_t if t.kind in u.kinds and _source_names(u) & names), None)
-        if s is not None:
-            take(s, t)
+    # by name: an index from each torch unit's names to the units (in source order), so
+    # that matching stays linear in the number of layers
+    order = {id(u): i for i, u in enumerate(units)}
+    by_source_name: dict[str, list[TorchUnit]] = {}
+    for u in units:
+        for name in _source_names(u):
+            by_source_name.setdefault(name, []).append(u)
+    for t in list(free_u):
+        found = [u for name in _target_names(t) for u in by_source_name.get(name, ())
+                 if id(u) in free_ids and t.kind in u.kinds]
+        if found:
+            take(min(found, key=lambda u: order[id(u)]), t)
     for t in list(free_u):  # by order within a kind, shapes fitting
         s = next((u for u in free_t if t.kind in u.kinds and _fits(t.kind, u, t, pre)), None)
         if s is not None:

@@ -48,3 +48,24 @@ def test_threaded_placement_matches_serial(monkeypatch):
         assert isinstance(threaded[key], jax.Array)
         np.testing.assert_array_equal(np.asarray(threaded[key]), np.asarray(serial[key]))
         np.testing.assert_array_equal(np.asarray(threaded[key]), filled[key][0])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_large_permuted_views_are_transposed_by_xla_and_own_their_memory(monkeypatch, dtype):
+    monkeypatch.setattr(_place, "_XLA_TRANSPOSE_BYTES", 1 << 12)
+    w = torch.randn(64, 48)
+    conv = torch.randn(16, 8, 3, 3)
+    filled = {("w",): (w.numpy().T, np.dtype(dtype)),
+              ("c",): (conv.numpy().transpose(2, 3, 1, 0), np.dtype(dtype))}
+    calls = []
+    real = _place.device_layout
+    monkeypatch.setattr(_place, "device_layout",
+                        lambda arr, dt: calls.append(arr.shape) or real(arr, dt))
+    out = _place.place(filled, on_device=False)
+    assert sorted(calls) == [(3, 3, 8, 16), (48, 64)]
+    expect_w, expect_c = w.numpy().T.astype(dtype), conv.numpy().transpose(2, 3, 1, 0)
+    w.add_(1.0)  # the results are copies: training the torch model further changes nothing
+    conv.zero_()
+    assert out[("w",)].dtype == dtype and out[("w",)].shape == (48, 64)
+    np.testing.assert_array_equal(np.asarray(out[("w",)]), expect_w)
+    np.testing.assert_array_equal(np.asarray(out[("c",)]), expect_c.astype(dtype))
