@@ -63,7 +63,7 @@ def test_large_permuted_views_are_transposed_by_xla_and_own_their_memory(monkeyp
                         lambda arr, dt: calls.append(arr.shape) or real(arr, dt))
     out = _place.place(filled, on_device=False)
     assert sorted(calls) == [(3, 3, 8, 16), (48, 64)]
-    expect_w, expect_c = w.numpy().T.astype(dtype), conv.numpy().transpose(2, 3, 1, 0)
+    expect_w, expect_c = w.numpy().T.astype(dtype), conv.numpy().transpose(2, 3, 1, 0).copy()
     w.add_(1.0)  # the results are copies: training the torch model further changes nothing
     conv.zero_()
     assert out[("w",)].dtype == dtype and out[("w",)].shape == (48, 64)
