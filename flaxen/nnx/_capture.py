@@ -76,10 +76,11 @@ def capture(fn: tp.Any, *var_types: type[Variable], init: tp.Any = None,
     >>> bool((outs['__call__'][0] == y).all())
     True
     """
+    recorded = _as_type(method_outputs) if method_outputs is not None else None
     wanted: list[type] = []
-    for vt in (*var_types, *((method_outputs,) if method_outputs is not None else ())):
+    for vt in (*map(_as_type, var_types), *((recorded,) if recorded is not None else ())):
         if vt not in wanted:
-            wanted.append(_as_type(vt))
+            wanted.append(vt)
 
     def run(*args: tp.Any, **kwargs: tp.Any) -> tuple:
         roots = _roots(fn, args, kwargs)
@@ -90,11 +91,11 @@ def capture(fn: tp.Any, *var_types: type[Variable], init: tp.Any = None,
         try:
             for path, m, _, cls in installed:
                 _set_captures(m, _new_stores(wanted, _lookup(init, path)))
-                if method_outputs is not None:
-                    object.__setattr__(m, "__class__", _recording_class(cls, method_outputs))
-            if method_outputs is not None:
+                if recorded is not None:
+                    object.__setattr__(m, "__class__", _recording_class(cls, recorded))
+            if recorded is not None:
                 call = _rebind(fn)
-            if method_outputs is not None or installed:
+            if recorded is not None or installed:
                 _trace.bump()
             out = call(*args, **kwargs)
             found = [(path, m.__dict__.get(CAPTURES, ())) for path, m, _, _ in installed]

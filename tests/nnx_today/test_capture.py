@@ -269,3 +269,28 @@ def test_capture_of_a_jitted_method_and_vmapped_train_step():
     grads = nnx.vmap(per_example, in_axes=(None, 0, 0))(model, perts, xs)
     np.testing.assert_allclose(grads["dx"][...], jnp.broadcast_to(model.w[...], (4, 2)))
     assert jax.tree.leaves(nnx.state(model, nnx.Perturbation)) == []
+
+
+def test_method_outputs_of_a_jitted_method_and_a_graph_only_module():
+    class Jitted(nnx.Module):
+        def __init__(self):
+            self.w = nnx.Param(jnp.array(2.0))
+
+        @nnx.jit
+        def __call__(self, x):
+            self.sow(nnx.Intermediate, "inside", x)
+            return self.w[...] * x
+
+    y, sown = nnx.capture(Jitted(), nnx.Intermediate, method_outputs=nnx.Intermediate)(3.0)
+    assert float(sown["__call__"][0]) == float(y) == 6.0
+    assert float(sown["inside"][0]) == 3.0
+
+    class GraphOnly(nnx.Module, pytree=False):
+        def __call__(self, x):
+            self.sow("intermediates", "a", x)  # a collection name works as the type
+            return x + 1
+
+    g = GraphOnly()
+    out, sown = nnx.capture(g, "intermediates", method_outputs="intermediates")(1.0)
+    assert out == 2.0 and sown["a"][0] == 1.0 and sown["__call__"][0] == 2.0
+    assert type(g) is GraphOnly and "__captures__" not in vars(g)

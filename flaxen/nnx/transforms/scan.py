@@ -504,6 +504,7 @@ def _detached(tree: tp.Any) -> tp.Any:
     The inputs were brought up to date in place; the nodes of the output, like any pytree
     output, are not the inputs (an enclosing functional ``nnx.jit`` refuses returning its
     inputs), while each Variable keeps its identity (as Flax's scan preserves it)."""
+    treedef: tp.Any  # jax PyTreeDef
     leaves, treedef = jax.tree_util.tree_flatten(
         tree, is_leaf=lambda x: isinstance(x, (GraphNode, Variable)))
     pos = [i for i, x in enumerate(leaves) if isinstance(x, (GraphNode, Variable))]
