@@ -47,6 +47,7 @@ _EPOCH = _trace._EPOCH
 _SCALARS = frozenset({int, float, bool, str, complex, type(None), type, bytes})
 _ARRAYS = (jax.Array, np.ndarray)
 _tree_flatten = jax.tree_util.tree_flatten
+_DATA_NUMBERS = frozenset({int, float, bool, complex})
 _SNAPSHOT = frozenset({dict, list, State})  # mutable containers re-checked by identity
 _tree_leaves = jax.tree_util.tree_leaves
 _is = operator.is_
@@ -166,6 +167,12 @@ def flatten(roots: tp.Sequence[tp.Any], root_paths: tp.Sequence[tuple] | None = 
     containers: list = []
     arrays = [False]
 
+    def leaf(path: tuple, x: tp.Any) -> VariableDef:
+        arrays[0] = True
+        leaves.append(x)
+        paths.append(path)
+        return VariableDef(ArrayLeaf, -1, ())
+
     def visit(x: tp.Any, path: tuple) -> tp.Any:
         tx = type(x)
         if tx in _SCALARS:
@@ -188,13 +195,20 @@ def flatten(roots: tp.Sequence[tp.Any], root_paths: tp.Sequence[tuple] | None = 
             ids[id(x)] = i
             refs.append(x)
             d: dict[tp.Any, tp.Any] = x.__dict__
+            status = getattr(x, "_pytree__status", None)
             attrs: tuple
             if tx._graph_int_keys:
                 attrs = tuple((int(k), visit(d[k], (*path, int(k)))) for k in sorted(d, key=int))
+            elif status and any(type(v) in _DATA_NUMBERS and status.get(k)
+                                for k, v in d.items()):
+                # numbers marked ``nnx.data(...)`` are State leaves, like arrays
+                attrs = tuple((k, leaf((*path, k), d[k])
+                               if type(d[k]) in _DATA_NUMBERS and status.get(k)
+                               else visit(d[k], (*path, k))) for k in _sort_keys(d))
             else:
                 attrs = tuple((k, visit(d[k], (*path, k))) for k in _sort_keys(d))
             # a Pytree's data/static status travels with its definition
-            return NodeDef(tx, i, attrs, getattr(x, "_pytree__status", None))
+            return NodeDef(tx, i, attrs, status)
         if isinstance(x, _ARRAYS):
             arrays[0] = True
             leaves.append(x)

@@ -1,0 +1,42 @@
+"""Numbers marked ``nnx.data(...)`` are State leaves (raw values, not Variables): split puts
+them in the State, merge and jit write them back, and unmarked numbers stay static."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from flaxen import nnx
+
+
+class Box(nnx.Module):
+    def __init__(self) -> None:
+        self.steps = nnx.data(5)  # sorts before `weight`: leaf order must follow the walk
+        self.weight = nnx.Param(jnp.ones(()))
+        self.scale = nnx.data(2.0)
+        self.width = 3  # a plain int: static
+
+
+def test_marked_numbers_are_state_leaves_in_walk_order():
+    box = Box()
+    gd, state = nnx.split(box)
+    flat = dict(nnx.to_flat_state(state))
+    assert sorted(flat) == [("scale",), ("steps",), ("weight",)]
+    assert flat[("steps",)] == 5 and type(flat[("steps",)]) is int
+    assert ("width",) not in flat
+    rebuilt = nnx.merge(gd, state)
+    assert (rebuilt.steps, rebuilt.scale, rebuilt.width) == (5, 2.0, 3)
+
+
+def test_jit_traces_marked_numbers_and_writes_them_back():
+    box = Box()
+
+    @nnx.jit
+    def step(box):
+        box.steps = box.steps + 1
+        box.weight.value = box.weight.value * box.scale
+        return box.width  # static: stays a Python int inside
+
+    for _ in range(2):
+        assert step(box) == 3
+    assert int(box.steps) == 7
+    assert float(box.weight.value) == 4.0
