@@ -46,3 +46,21 @@ def test_unknown_attribute_raises():
         assert "definitely_not_a_submodule" in str(e)
     else:
         raise AssertionError("expected AttributeError")
+
+
+def test_importing_flaxen_does_not_start_the_jax_backend():
+    # jax.distributed.initialize() and device-count flags must be allowed after the import
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib\n"
+        "from jax._src import xla_bridge\n"
+        "for m in ['flaxen', 'flaxen.linen', 'flaxen.core', 'flaxen.training.train_state',\n"
+        "          'flaxen.training.checkpoints', 'flaxen.nnx', 'flaxen.experimental.nnx',\n"
+        "          'flaxen.interop', 'flaxen.serialization', 'flaxen.jax_utils']:\n"
+        "    importlib.import_module(m)\n"
+        "    assert not xla_bridge._backends, f'{m} started the JAX backend'\n"
+        "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -64,13 +64,15 @@ def _split_nodes(tree: tp.Any) -> tuple[list, tp.Any, tuple, tuple]:
 # shape of nearly every training step) flatten the same way for the same argument types:
 # the treedef and node positions are remembered per tuple of types, which skips the pytree
 # walk and its per-leaf ``is_leaf`` callbacks.
-_LEAF_TYPES = frozenset({type(jax.numpy.zeros(())), np.ndarray, int, float, bool, complex})
+_LEAF_TYPES = frozenset({np.ndarray, int, float, bool, complex})
 _SIGNATURES: dict[tuple, tuple[tp.Any, tuple]] = {}
 _MAX_SIGNATURES = 256
 
 
 def _simple_type(t: type) -> bool:
-    return t in _LEAF_TYPES or issubclass(t, (GraphNode, Variable))
+    # jax.Array: concrete arrays and tracers, pytree leaves (checked only when a new
+    # signature is remembered)
+    return t in _LEAF_TYPES or issubclass(t, (GraphNode, Variable, jax.Array))
 
 
 def split_args(args: tuple, kwargs: dict) -> tuple[list, tp.Any, tuple, tuple]:

@@ -65,7 +65,15 @@ class RngCount(RngState):
 # parameter. The jitted function computes the same bits; it is used only on concrete keys
 # with the stream's own uint32 counts, so traced code and unusual counts keep the public path.
 _fold_in_jit = jax.jit(jax.random.fold_in)
-_KeyArray = type(jax.random.key(0))  # a concrete typed key (not a tracer, not a Ref)
+# The class of a concrete typed key (not a tracer, not a Ref); found on the first draw, since
+# making a key starts JAX's backend, which importing flaxen must not do (jax.distributed and
+# device-count flags have to come first).
+_KEY_ARRAY: list[type | None] = [None]
+
+
+def _key_array_type() -> type:
+    _KEY_ARRAY[0] = type(jax.random.key(0))
+    return _KEY_ARRAY[0]
 
 
 def _to_key(value: tp.Any, tag: str) -> jax.Array:
@@ -186,7 +194,7 @@ class RngStream(_RandomMethods, Pytree):
         count = self.count
         c = count.get_raw_value()
         base = self.key.get_raw_value()
-        if (type(c) is np.uint32 and type(base) is _KeyArray
+        if (type(c) is np.uint32 and type(base) is (_KEY_ARRAY[0] or _key_array_type())
                 and "set_value_hooks" not in count._var_metadata):
             # the common eager case: a concrete scalar stream without hooks or Refs
             key = _fold_in_jit(base, c)
