@@ -72,8 +72,8 @@ _KEY_ARRAY: list[type | None] = [None]
 
 
 def _key_array_type() -> type:
-    _KEY_ARRAY[0] = type(jax.random.key(0))
-    return _KEY_ARRAY[0]
+    found = _KEY_ARRAY[0] = type(jax.random.key(0))
+    return found
 
 
 def _to_key(value: tp.Any, tag: str) -> jax.Array:
