@@ -130,11 +130,29 @@ def combine_masks(*masks: Array | None, dtype: Dtype = jnp.float32) -> Array | N
 # --- input checks -----------------------------------------------------------------------
 
 
-def _check_qk(fn: str, query: Array, key: Array, value: Array | None) -> None:
+def check_qkv(
+    fn: str, query: Array, key: Array, value: Array | None, *, grouped_heads: bool = False
+) -> None:
+    """Checks that ``query``, ``key`` and ``value`` (when given) fit dot-product attention.
+
+    Each must be ``[batch..., length, num_heads, depth]`` with the same rank, batch axes and
+    heads; query and key need the same depth, key and value the same length. With
+    ``grouped_heads`` (grouped-query attention, before the key/value heads are repeated for
+    the query's) only the rank and batch axes are checked here. ``fn`` starts each message.
+
+    >>> import jax.numpy as jnp
+    >>> q, k = jnp.ones((1, 3, 4, 8)), jnp.ones((1, 5, 2, 8))
+    >>> check_qkv("attn", q, k, None, grouped_heads=True)   # 2 key heads serve 4 query heads
+    >>> try:
+    ...     check_qkv("attn", q, k, None)
+    ... except ValueError as e:
+    ...     print(type(e).__name__)
+    LayerShapeError
+    """
     named = [("query", query), ("key", key)] + ([("value", value)] if value is not None else [])
     layout = "[batch..., length, num_heads, depth]"
     for name, a in named:
-        if a.ndim < 3:
+        if a.ndim < 3 and not grouped_heads:
             raise LayerRankError(
                 f"{fn}: {name} must have shape {layout} (rank >= 3), but got shape "
                 f"{tuple(a.shape)}. Add the missing axes, e.g. a num_heads axis of size 1."
@@ -153,12 +171,14 @@ def _check_qk(fn: str, query: Array, key: Array, value: Array | None) -> None:
                 f"{name} has {tuple(a.shape[:-3])} (full shapes query={tuple(query.shape)}, "
                 f"{name}={tuple(a.shape)})."
             )
-        if a.shape[-2] != query.shape[-2]:
+        if not grouped_heads and a.shape[-2] != query.shape[-2]:
             raise LayerShapeError(
                 f"{fn}: q, k, v num_heads must match, but query has {query.shape[-2]} heads "
                 f"(axis -2 of {tuple(query.shape)}) and {name} has {a.shape[-2]} "
                 f"({tuple(a.shape)})."
             )
+    if grouped_heads:
+        return
     if key.shape[-1] != query.shape[-1]:
         raise LayerShapeError(
             f"{fn}: q, k depths must match, but query has depth {query.shape[-1]} "
@@ -233,7 +253,7 @@ def dot_product_attention_weights(
     fn = "dot_product_attention_weights"
     query, key = promote_dtype(query, key, dtype=dtype)
     dtype = query.dtype
-    _check_qk(fn, query, key, None)
+    check_qkv(fn, query, key, None)
     target = query.shape[:-3] + (query.shape[-2], query.shape[-3], key.shape[-3])
     if bias is not None:
         _check_broadcastable(fn, "bias", bias, target)
@@ -339,7 +359,7 @@ def dot_product_attention(
     fn = "dot_product_attention"
     query, key, value = promote_dtype(query, key, value, dtype=dtype)
     dtype = query.dtype
-    _check_qk(fn, query, key, value)
+    check_qkv(fn, query, key, value)
     target = query.shape[:-3] + (query.shape[-2], query.shape[-3], key.shape[-3])
     if mask is not None:
         _check_broadcastable(fn, "mask", mask, target)

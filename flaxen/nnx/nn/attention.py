@@ -71,22 +71,6 @@ class _IntermediateSink:
         return True
 
 
-def _check_shapes(fn: str, query: Array, key: Array, value: Array | None) -> None:
-    named = [("query", query), ("key", key)] + ([("value", value)] if value is not None else [])
-    if len({a.ndim for _, a in named}) != 1:
-        shapes = ", ".join(f"{n}={tuple(a.shape)}" for n, a in named)
-        raise ValueError(
-            f"{fn}: q, k, v must have same rank, but got {shapes}. Each must be "
-            "[batch..., length, num_heads, depth] with the same batch axes."
-        )
-    for name, a in named[1:]:
-        if a.shape[:-3] != query.shape[:-3]:
-            raise ValueError(
-                f"{fn}: q, k, v batch dims must match, but query has batch dims "
-                f"{tuple(query.shape[:-3])} and {name} has {tuple(a.shape[:-3])}."
-            )
-
-
 def _group_heads(fn: str, query: Array, kv: Array, name: str) -> Array:
     """Repeats the key/value heads of ``kv`` so each query head has its own."""
     q_heads, kv_heads = query.shape[-2], kv.shape[-2]
@@ -116,7 +100,7 @@ def _prepare(fn, query, key, value, mask, module, is_causal, promote_dtype, dtyp
     promoted = promote_dtype(args, dtype=dtype)
     query, key = promoted[0], promoted[1]
     value = promoted[2] if value is not None else None
-    _check_shapes(fn, query, key, value)
+    am.check_qkv(fn, query, key, value, grouped_heads=True)
     key = _group_heads(fn, query, key, "Key")
     if value is not None:
         value = _group_heads(fn, query, value, "Value")

@@ -59,26 +59,44 @@ def _check_mask(layer: str, x: Array, mask: Array | None) -> None:
         )
 
 
-def _scale_bias(
-    layer: str, rngs: Rngs, shape: tuple, param_dtype: Dtype, use_scale: bool,
-    scale_init: Initializer, scale_metadata: tp.Mapping, use_bias: bool = False,
-    bias_init: Initializer | None = None, bias_metadata: tp.Mapping | None = None,
-) -> tuple[tp.Any, tp.Any]:
-    """Creates ``scale`` then ``bias`` (Flax's key order); a missing one is ``None`` data."""
-    scale = data(None)
-    if use_scale:
-        scale = Param(
-            scale_init(rngs.params(), shape, param_dtype),
-            **metadata(layer, "scale", scale_metadata),
-        )
-    bias = data(None)
-    if use_bias:
-        assert bias_init is not None
-        bias = Param(
-            bias_init(rngs.params(), shape, param_dtype),
-            **metadata(layer, "bias", bias_metadata),
-        )
-    return scale, bias
+# constructor arguments that only build the parameters; every other one is kept as an attribute
+_NOT_KEPT = frozenset(
+    {"self", "rngs", "scale_init", "bias_init", "scale_metadata", "bias_metadata"}
+)
+
+
+def _setup(layer: Module, name: str, args: dict[str, tp.Any], **kept: tp.Any) -> None:
+    """Creates ``scale`` then ``bias`` (Flax's key order) of shape ``(num_features,)`` and
+    keeps the other constructor arguments as attributes, in signature order.
+
+    ``args`` is ``dict(locals())`` taken first thing in the layer's ``__init__`` (its
+    parameters); ``kept`` replaces the values kept for some of them. A parameter turned off
+    (``use_scale``/``use_bias`` false) is ``None`` data; a layer without a ``use_bias``
+    argument gets no ``bias`` attribute.
+    """
+    shape = (args["num_features"],)
+    for param in ("scale", "bias"):
+        if f"use_{param}" not in args:
+            continue
+        value = data(None)
+        if args[f"use_{param}"]:
+            value = Param(
+                args[f"{param}_init"](args["rngs"].params(), shape, args["param_dtype"]),
+                **metadata(name, param, args[f"{param}_metadata"]),
+            )
+        setattr(layer, param, value)
+    for arg, value in args.items():
+        if arg not in _NOT_KEPT:
+            setattr(layer, arg, kept.get(arg, value))
+
+
+def _stats(layer: tp.Any, x: Array, axes: tp.Any, mask: Array | None, **kw: tp.Any
+           ) -> tuple[Array, Array]:
+    """``compute_stats`` over ``axes`` with the layer's dtype, axis name and variance mode."""
+    return compute_stats(
+        x, axes, layer.dtype, layer.axis_name, layer.axis_index_groups,
+        use_fast_variance=layer.use_fast_variance, mask=mask, **kw,
+    )
 
 
 class BatchNorm(Module):
@@ -116,26 +134,10 @@ class BatchNorm(Module):
         bias_metadata: tp.Mapping[str, tp.Any] = _NO_META,
         scale_metadata: tp.Mapping[str, tp.Any] = _NO_META,
     ) -> None:
-        shape = (num_features,)
-        self.mean = BatchStat(jnp.zeros(shape, jnp.float32))
-        self.var = BatchStat(jnp.ones(shape, jnp.float32))
-        self.scale, self.bias = _scale_bias(
-            "BatchNorm", rngs, shape, param_dtype, use_scale, scale_init, scale_metadata,
-            use_bias, bias_init, bias_metadata,
-        )
-        self.num_features = num_features
-        self.use_running_average = use_running_average
-        self.axis = axis
-        self.momentum = momentum
-        self.epsilon = epsilon
-        self.dtype = dtype
-        self.param_dtype = param_dtype
-        self.use_bias = use_bias
-        self.use_scale = use_scale
-        self.axis_name = axis_name
-        self.axis_index_groups = axis_index_groups
-        self.use_fast_variance = use_fast_variance
-        self.promote_dtype = promote_dtype
+        args = dict(locals())
+        self.mean = BatchStat(jnp.zeros((num_features,), jnp.float32))
+        self.var = BatchStat(jnp.ones((num_features,), jnp.float32))
+        _setup(self, "BatchNorm", args)
 
     def __call__(
         self, x: Array, use_running_average: bool | None = None, *, mask: Array | None = None
@@ -156,11 +158,7 @@ class BatchNorm(Module):
             dtype=self.dtype,
         )
         if not use_ra:
-            mean, var = compute_stats(
-                x, reduction_axes, dtype=self.dtype, axis_name=self.axis_name,
-                axis_index_groups=self.axis_index_groups,
-                use_fast_variance=self.use_fast_variance, mask=mask,
-            )
+            mean, var = _stats(self, x, reduction_axes, mask)
             m = self.momentum
             self.mean.value = jax.lax.stop_gradient(m * self.mean.value + (1 - m) * mean)
             self.var.value = jax.lax.stop_gradient(m * self.var.value + (1 - m) * var)
@@ -211,23 +209,7 @@ class LayerNorm(Module):
         bias_metadata: tp.Mapping[str, tp.Any] = _NO_META,
         scale_metadata: tp.Mapping[str, tp.Any] = _NO_META,
     ) -> None:
-        shape = (num_features,)
-        self.scale, self.bias = _scale_bias(
-            "LayerNorm", rngs, shape, param_dtype, use_scale, scale_init, scale_metadata,
-            use_bias, bias_init, bias_metadata,
-        )
-        self.num_features = num_features
-        self.epsilon = epsilon
-        self.dtype = dtype
-        self.param_dtype = param_dtype
-        self.use_bias = use_bias
-        self.use_scale = use_scale
-        self.reduction_axes = reduction_axes
-        self.feature_axes = feature_axes
-        self.axis_name = axis_name
-        self.axis_index_groups = axis_index_groups
-        self.use_fast_variance = use_fast_variance
-        self.promote_dtype = promote_dtype
+        _setup(self, "LayerNorm", dict(locals()))
 
     def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
         """Normalizes ``x``; ``mask`` limits which entries enter the statistics."""
@@ -237,10 +219,7 @@ class LayerNorm(Module):
         x, scale, bias = self.promote_dtype(
             (x, _value(self.scale), _value(self.bias)), dtype=self.dtype
         )
-        mean, var = compute_stats(
-            x, self.reduction_axes, self.dtype, self.axis_name, self.axis_index_groups,
-            use_fast_variance=self.use_fast_variance, mask=mask,
-        )
+        mean, var = _stats(self, x, self.reduction_axes, mask)
         return normalize(
             x, mean, var, self.reduction_axes, self.feature_axes, self.dtype, self.epsilon,
             scale=scale, bias=bias,
@@ -275,31 +254,14 @@ class RMSNorm(Module):
         rngs: Rngs,
         scale_metadata: tp.Mapping[str, tp.Any] = _NO_META,
     ) -> None:
-        shape = (num_features,)
-        self.scale, _ = _scale_bias(
-            "RMSNorm", rngs, shape, param_dtype, use_scale, scale_init, scale_metadata
-        )
-        self.num_features = num_features
-        self.epsilon = epsilon
-        self.dtype = dtype
-        self.param_dtype = param_dtype
-        self.use_scale = use_scale
-        self.reduction_axes = reduction_axes
-        self.feature_axes = feature_axes
-        self.axis_name = axis_name
-        self.axis_index_groups = axis_index_groups
-        self.use_fast_variance = use_fast_variance
-        self.promote_dtype = promote_dtype
+        _setup(self, "RMSNorm", dict(locals()))
 
     def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
         """Normalizes ``x`` by its root mean square; ``mask`` limits the statistics."""
         _check_mask("RMSNorm", x, mask)
         canonicalize_axes(x.ndim, self.reduction_axes, "RMSNorm", "reduction_axes")
         x, scale = self.promote_dtype((x, _value(self.scale)), dtype=self.dtype)
-        mean, var = compute_stats(
-            x, self.reduction_axes, self.dtype, self.axis_name, self.axis_index_groups,
-            use_mean=False, use_fast_variance=self.use_fast_variance, mask=mask,
-        )
+        mean, var = _stats(self, x, self.reduction_axes, mask, use_mean=False)
         return normalize(
             x, mean, var, self.reduction_axes, self.feature_axes, self.dtype, self.epsilon,
             scale=scale,
@@ -341,6 +303,7 @@ class GroupNorm(Module):
         bias_metadata: tp.Mapping[str, tp.Any] = _NO_META,
         scale_metadata: tp.Mapping[str, tp.Any] = _NO_META,
     ) -> None:
+        args = dict(locals())
         if (num_groups is None) == (group_size is None):
             raise ValueError(
                 "Either `num_groups` or `group_size` should be specified. GroupNorm got "
@@ -360,24 +323,7 @@ class GroupNorm(Module):
                 f"Number of groups ({n_groups}) does not divide the number of features "
                 f"({num_features}). Choose num_groups among the divisors of {num_features}."
             )
-        shape = (num_features,)
-        self.scale, self.bias = _scale_bias(
-            "GroupNorm", rngs, shape, param_dtype, use_scale, scale_init, scale_metadata,
-            use_bias, bias_init, bias_metadata,
-        )
-        self.num_features = num_features
-        self.num_groups = n_groups
-        self.group_size = num_features // n_groups
-        self.epsilon = epsilon
-        self.dtype = dtype
-        self.param_dtype = param_dtype
-        self.use_bias = use_bias
-        self.use_scale = use_scale
-        self.reduction_axes = reduction_axes
-        self.axis_name = axis_name
-        self.axis_index_groups = axis_index_groups
-        self.use_fast_variance = use_fast_variance
-        self.promote_dtype = promote_dtype
+        _setup(self, "GroupNorm", args, num_groups=n_groups, group_size=num_features // n_groups)
 
     def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
         """Normalizes ``x`` of shape ``(batch, ..., num_features)``."""
@@ -401,10 +347,7 @@ class GroupNorm(Module):
         group_shape = x.shape[:-1] + (groups, size)
         if mask is not None:
             mask = jnp.reshape(mask, mask.shape[:-1] + (groups, size))
-        mean, var = compute_stats(
-            jnp.reshape(x, group_shape), other_axes + (x.ndim,), self.dtype, self.axis_name,
-            self.axis_index_groups, use_fast_variance=self.use_fast_variance, mask=mask,
-        )
+        mean, var = _stats(self, jnp.reshape(x, group_shape), other_axes + (x.ndim,), mask)
 
         def per_channel(stat: Array) -> Array:
             spread = jnp.broadcast_to(stat[..., None], stat.shape + (size,))
@@ -449,22 +392,7 @@ class InstanceNorm(Module):
         bias_metadata: tp.Mapping[str, tp.Any] = _NO_META,
         scale_metadata: tp.Mapping[str, tp.Any] = _NO_META,
     ) -> None:
-        shape = (num_features,)
-        self.scale, self.bias = _scale_bias(
-            "InstanceNorm", rngs, shape, param_dtype, use_scale, scale_init, scale_metadata,
-            use_bias, bias_init, bias_metadata,
-        )
-        self.num_features = num_features
-        self.epsilon = epsilon
-        self.dtype = dtype
-        self.param_dtype = param_dtype
-        self.use_bias = use_bias
-        self.use_scale = use_scale
-        self.feature_axes = feature_axes
-        self.axis_name = axis_name
-        self.axis_index_groups = axis_index_groups
-        self.use_fast_variance = use_fast_variance
-        self.promote_dtype = promote_dtype
+        _setup(self, "InstanceNorm", dict(locals()))
 
     def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
         """Normalizes ``x`` of shape ``(batch, ..., features)``."""
@@ -480,10 +408,7 @@ class InstanceNorm(Module):
         x, scale, bias = self.promote_dtype(
             (x, _value(self.scale), _value(self.bias)), dtype=self.dtype
         )
-        mean, var = compute_stats(
-            x, reduction_axes, self.dtype, self.axis_name, self.axis_index_groups,
-            use_fast_variance=self.use_fast_variance, mask=mask,
-        )
+        mean, var = _stats(self, x, reduction_axes, mask)
         return normalize(
             x, mean, var, reduction_axes, feature_axes, self.dtype, self.epsilon,
             scale=scale, bias=bias,

@@ -109,106 +109,35 @@ class RNNCellBase(Module):
         return [init(stream(), shape, self.param_dtype) for _ in range(n)]
 
 
-class _GatedCellBase(RNNCellBase):
-    def _common(self, in_features, hidden_features, gate_fn, activation_fn, dtype,
-                param_dtype, carry_init, promote_dtype, keep_rngs, rngs) -> None:
-        self.in_features = in_features
-        self.hidden_features = hidden_features
-        self.gate_fn = gate_fn
-        self.activation_fn = activation_fn
-        self.dtype = dtype
-        self.param_dtype = param_dtype
-        self.promote_dtype = promote_dtype
-        self.rngs = _keep_stream(type(self).__name__, keep_rngs, rngs)
-        _warn_carry_init(type(self).__name__, carry_init)
-        self.carry_init = carry_init
-
-    @property
-    def num_feature_axes(self) -> int:
-        return 1
+def _linear(
+    cell: tp.Any, n_in: int, n_out: int, rngs: Rngs, kernel_init: Initializer,
+    kernel_metadata: tp.Mapping[str, tp.Any], bias_init: Initializer | None = None,
+    bias_metadata: tp.Mapping[str, tp.Any] = _NO_META,
+) -> Linear:
+    """A ``Linear`` of ``cell``'s dtypes; it has a bias exactly when ``bias_init`` is given."""
+    bias: dict[str, tp.Any] = (
+        {} if bias_init is None else {"bias_init": bias_init, "bias_metadata": bias_metadata}
+    )
+    return Linear(
+        n_in, n_out, use_bias=bias_init is not None, kernel_init=kernel_init, dtype=cell.dtype,
+        param_dtype=cell.param_dtype, promote_dtype=cell.promote_dtype, rngs=rngs,
+        kernel_metadata=kernel_metadata, **bias,
+    )
 
 
-class LSTMCell(_GatedCellBase):
-    """Long short-term memory cell; carry ``(c, h)``, output ``h``.
-
-    >>> import jax.numpy as jnp
-    >>> from flaxen import nnx
-    >>> cell = nnx.LSTMCell(3, 4, rngs=nnx.Rngs(0))
-    >>> carry = cell.initialize_carry((2, 3), nnx.Rngs(0))
-    >>> cell(carry, jnp.ones((2, 3)))[1].shape
-    (2, 4)
-    """
-
-    def __init__(
-        self,
-        in_features: int,
-        hidden_features: int,
-        *,
-        gate_fn: tp.Callable[..., tp.Any] = jax.nn.sigmoid,
-        activation_fn: tp.Callable[..., tp.Any] = jnp.tanh,
-        kernel_init: Initializer = default_kernel_init,
-        recurrent_kernel_init: Initializer = modified_orthogonal,
-        bias_init: Initializer = initializers.zeros_init(),
-        dtype: Dtype | None = None,
-        param_dtype: Dtype = jnp.float32,
-        carry_init: Initializer | None = None,
-        promote_dtype: tp.Callable[..., tp.Any] = dtypes.promote_dtype,
-        keep_rngs: bool = False,
-        rngs: Rngs,
-        kernel_metadata: tp.Mapping[str, tp.Any] = _NO_META,
-        recurrent_kernel_metadata: tp.Mapping[str, tp.Any] = _NO_META,
-        bias_metadata: tp.Mapping[str, tp.Any] = _NO_META,
-    ) -> None:
-        self._common(in_features, hidden_features, gate_fn, activation_fn, dtype, param_dtype,
-                     carry_init, promote_dtype, keep_rngs, rngs)
-
-        def dense_i() -> Linear:
-            return Linear(
-                in_features, hidden_features, use_bias=False, kernel_init=kernel_init,
-                dtype=dtype, param_dtype=param_dtype, promote_dtype=promote_dtype, rngs=rngs,
-                kernel_metadata=kernel_metadata,
-            )
-
-        def dense_h() -> Linear:
-            return Linear(
-                hidden_features, hidden_features, use_bias=True,
-                kernel_init=recurrent_kernel_init, bias_init=bias_init, dtype=dtype,
-                param_dtype=param_dtype, promote_dtype=promote_dtype, rngs=rngs,
-                kernel_metadata=recurrent_kernel_metadata, bias_metadata=bias_metadata,
-            )
-
-        self.ii = dense_i()
-        self.if_ = dense_i()
-        self.ig = dense_i()
-        self.io = dense_i()
-        self.hi = dense_h()
-        self.hf = dense_h()
-        self.hg = dense_h()
-        self.ho = dense_h()
-
-    def __call__(self, carry: tuple[Array, Array], inputs: Array
-                 ) -> tuple[tuple[Array, Array], Array]:
-        c, h = carry
-        i = self.gate_fn(self.ii(inputs) + self.hi(h))
-        f = self.gate_fn(self.if_(inputs) + self.hf(h))
-        g = self.activation_fn(self.ig(inputs) + self.hg(h))
-        o = self.gate_fn(self.io(inputs) + self.ho(h))
-        new_c = f * c + i * g
-        new_h = o * self.activation_fn(new_c)
-        return (new_c, new_h), new_h
+class _HiddenCarry(RNNCellBase):
+    """A cell whose carry is the hidden state ``h`` alone."""
 
     def initialize_carry(
         self, input_shape: tuple[int, ...], rngs: Rngs | RngStream | None = None,
         carry_init: Initializer | None = None,
-    ) -> tuple[Array, Array]:
-        """``(c, h)`` of shape ``input_shape[:-1] + (hidden_features,)`` (zeros by default)."""
-        c, h = self._carry(input_shape, rngs, carry_init, 2)
-        return c, h
+    ) -> Array:
+        """``h`` of shape ``input_shape[:-1] + (hidden_features,)`` (zeros by default)."""
+        return self._carry(input_shape, rngs, carry_init, 1)[0]
 
 
-class OptimizedLSTMCell(_GatedCellBase):
-    """An LSTM cell computing the four gates with two fused ``Linear``s (``dense_i`` without
-    bias, ``dense_h`` with bias), each of ``4 * hidden_features`` outputs."""
+class _GatedCellBase(RNNCellBase):
+    """The constructor the gated cells share; each builds its projections in ``_build``."""
 
     def __init__(
         self,
@@ -232,25 +161,33 @@ class OptimizedLSTMCell(_GatedCellBase):
     ) -> None:
         self._common(in_features, hidden_features, gate_fn, activation_fn, dtype, param_dtype,
                      carry_init, promote_dtype, keep_rngs, rngs)
-        self.dense_i = Linear(
-            in_features, 4 * hidden_features, use_bias=False, kernel_init=kernel_init,
-            dtype=dtype, param_dtype=param_dtype, promote_dtype=promote_dtype, rngs=rngs,
-            kernel_metadata=kernel_metadata,
-        )
-        self.dense_h = Linear(
-            hidden_features, 4 * hidden_features, use_bias=True,
-            kernel_init=recurrent_kernel_init, bias_init=bias_init, dtype=dtype,
-            param_dtype=param_dtype, promote_dtype=promote_dtype, rngs=rngs,
-            kernel_metadata=recurrent_kernel_metadata, bias_metadata=bias_metadata,
-        )
+        self._build(rngs, (kernel_init, kernel_metadata),
+                    (recurrent_kernel_init, recurrent_kernel_metadata), (bias_init, bias_metadata))
 
-    def __call__(self, carry: tuple[Array, Array], inputs: Array
-                 ) -> tuple[tuple[Array, Array], Array]:
-        c, h = carry
-        i, f, g, o = jnp.split(self.dense_i(inputs) + self.dense_h(h), 4, axis=-1)
-        new_c = self.gate_fn(f) * c + self.gate_fn(i) * self.activation_fn(g)
-        new_h = self.gate_fn(o) * self.activation_fn(new_c)
-        return (new_c, new_h), new_h
+    def _common(self, in_features, hidden_features, gate_fn, activation_fn, dtype,
+                param_dtype, carry_init, promote_dtype, keep_rngs, rngs) -> None:
+        self.in_features = in_features
+        self.hidden_features = hidden_features
+        self.gate_fn = gate_fn
+        self.activation_fn = activation_fn
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.promote_dtype = promote_dtype
+        self.rngs = _keep_stream(type(self).__name__, keep_rngs, rngs)
+        _warn_carry_init(type(self).__name__, carry_init)
+        self.carry_init = carry_init
+
+    def _build(self, rngs: Rngs, kernel: tuple, recurrent: tuple, bias: tuple) -> None:
+        """Creates the ``Linear`` submodules from ``(init, metadata)`` pairs, in key order."""
+        raise NotImplementedError
+
+    @property
+    def num_feature_axes(self) -> int:
+        return 1
+
+
+class _LSTMBase(_GatedCellBase):
+    """An LSTM: carry ``(c, h)``, output ``h``."""
 
     def initialize_carry(
         self, input_shape: tuple[int, ...], rngs: Rngs | RngStream | None = None,
@@ -261,7 +198,87 @@ class OptimizedLSTMCell(_GatedCellBase):
         return c, h
 
 
-class SimpleCell(RNNCellBase):
+class LSTMCell(_LSTMBase):
+    """Long short-term memory cell; carry ``(c, h)``, output ``h``.
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> cell = nnx.LSTMCell(3, 4, rngs=nnx.Rngs(0))
+    >>> carry = cell.initialize_carry((2, 3), nnx.Rngs(0))
+    >>> cell(carry, jnp.ones((2, 3)))[1].shape
+    (2, 4)
+    """
+
+    # the gated cells' constructor with Flax's LSTMCell default for recurrent_kernel_init
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int,
+        *,
+        gate_fn: tp.Callable[..., tp.Any] = jax.nn.sigmoid,
+        activation_fn: tp.Callable[..., tp.Any] = jnp.tanh,
+        kernel_init: Initializer = default_kernel_init,
+        recurrent_kernel_init: Initializer = modified_orthogonal,
+        bias_init: Initializer = initializers.zeros_init(),
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        carry_init: Initializer | None = None,
+        promote_dtype: tp.Callable[..., tp.Any] = dtypes.promote_dtype,
+        keep_rngs: bool = False,
+        rngs: Rngs,
+        kernel_metadata: tp.Mapping[str, tp.Any] = _NO_META,
+        recurrent_kernel_metadata: tp.Mapping[str, tp.Any] = _NO_META,
+        bias_metadata: tp.Mapping[str, tp.Any] = _NO_META,
+    ) -> None:
+        super().__init__(
+            in_features, hidden_features, gate_fn=gate_fn, activation_fn=activation_fn,
+            kernel_init=kernel_init, recurrent_kernel_init=recurrent_kernel_init,
+            bias_init=bias_init, dtype=dtype, param_dtype=param_dtype, carry_init=carry_init,
+            promote_dtype=promote_dtype, keep_rngs=keep_rngs, rngs=rngs,
+            kernel_metadata=kernel_metadata, recurrent_kernel_metadata=recurrent_kernel_metadata,
+            bias_metadata=bias_metadata,
+        )
+
+    def _build(self, rngs: Rngs, kernel: tuple, recurrent: tuple, bias: tuple) -> None:
+        n_in, n_h = self.in_features, self.hidden_features
+        self.ii, self.if_, self.ig, self.io = (
+            _linear(self, n_in, n_h, rngs, *kernel) for _ in range(4)
+        )
+        self.hi, self.hf, self.hg, self.ho = (
+            _linear(self, n_h, n_h, rngs, *recurrent, *bias) for _ in range(4)
+        )
+
+    def __call__(self, carry: tuple[Array, Array], inputs: Array
+                 ) -> tuple[tuple[Array, Array], Array]:
+        c, h = carry
+        i = self.gate_fn(self.ii(inputs) + self.hi(h))
+        f = self.gate_fn(self.if_(inputs) + self.hf(h))
+        g = self.activation_fn(self.ig(inputs) + self.hg(h))
+        o = self.gate_fn(self.io(inputs) + self.ho(h))
+        new_c = f * c + i * g
+        new_h = o * self.activation_fn(new_c)
+        return (new_c, new_h), new_h
+
+
+class OptimizedLSTMCell(_LSTMBase):
+    """An LSTM cell computing the four gates with two fused ``Linear``s (``dense_i`` without
+    bias, ``dense_h`` with bias), each of ``4 * hidden_features`` outputs."""
+
+    def _build(self, rngs: Rngs, kernel: tuple, recurrent: tuple, bias: tuple) -> None:
+        n_in, n_h = self.in_features, self.hidden_features
+        self.dense_i = _linear(self, n_in, 4 * n_h, rngs, *kernel)
+        self.dense_h = _linear(self, n_h, 4 * n_h, rngs, *recurrent, *bias)
+
+    def __call__(self, carry: tuple[Array, Array], inputs: Array
+                 ) -> tuple[tuple[Array, Array], Array]:
+        c, h = carry
+        i, f, g, o = jnp.split(self.dense_i(inputs) + self.dense_h(h), 4, axis=-1)
+        new_c = self.gate_fn(f) * c + self.gate_fn(i) * self.activation_fn(g)
+        new_h = self.gate_fn(o) * self.activation_fn(new_c)
+        return (new_c, new_h), new_h
+
+
+class SimpleCell(_HiddenCarry):
     """``h' = activation(dense_i(x) + dense_h(h) [+ h if residual])``; carry and output ``h'``.
     """
 
@@ -294,15 +311,13 @@ class SimpleCell(RNNCellBase):
         self.promote_dtype = promote_dtype
         self.rngs = _keep_stream("SimpleCell", keep_rngs, rngs)
         # dense_h first: Flax draws the recurrent kernel's key before the input kernel's
-        self.dense_h = Linear(
-            hidden_features, hidden_features, use_bias=False, dtype=dtype,
-            param_dtype=param_dtype, kernel_init=recurrent_kernel_init,
-            promote_dtype=promote_dtype, rngs=rngs, kernel_metadata=recurrent_kernel_metadata,
+        self.dense_h = _linear(
+            self, hidden_features, hidden_features, rngs, recurrent_kernel_init,
+            recurrent_kernel_metadata,
         )
-        self.dense_i = Linear(
-            in_features, hidden_features, use_bias=True, dtype=dtype, param_dtype=param_dtype,
-            kernel_init=kernel_init, bias_init=bias_init, promote_dtype=promote_dtype,
-            rngs=rngs, kernel_metadata=kernel_metadata, bias_metadata=bias_metadata,
+        self.dense_i = _linear(
+            self, in_features, hidden_features, rngs, kernel_init, kernel_metadata, bias_init,
+            bias_metadata,
         )
         _warn_carry_init("SimpleCell", carry_init)
         self.carry_init = carry_init
@@ -314,55 +329,19 @@ class SimpleCell(RNNCellBase):
         new_carry = self.activation_fn(new_carry)
         return new_carry, new_carry
 
-    def initialize_carry(
-        self, input_shape: tuple[int, ...], rngs: Rngs | RngStream | None = None,
-        carry_init: Initializer | None = None,
-    ) -> Array:
-        """``h`` of shape ``input_shape[:-1] + (hidden_features,)`` (zeros by default)."""
-        return self._carry(input_shape, rngs, carry_init, 1)[0]
-
     @property
     def num_feature_axes(self) -> int:
         return 1
 
 
-class GRUCell(_GatedCellBase):
+class GRUCell(_GatedCellBase, _HiddenCarry):
     """Gated recurrent unit; ``dense_i`` (with bias) and ``dense_h`` (without) each give the
     ``r, z, n`` gates (``3 * hidden_features`` outputs); carry and output ``h``."""
 
-    def __init__(
-        self,
-        in_features: int,
-        hidden_features: int,
-        *,
-        gate_fn: tp.Callable[..., tp.Any] = jax.nn.sigmoid,
-        activation_fn: tp.Callable[..., tp.Any] = jnp.tanh,
-        kernel_init: Initializer = default_kernel_init,
-        recurrent_kernel_init: Initializer = initializers.orthogonal(),
-        bias_init: Initializer = initializers.zeros_init(),
-        dtype: Dtype | None = None,
-        param_dtype: Dtype = jnp.float32,
-        carry_init: Initializer | None = None,
-        promote_dtype: tp.Callable[..., tp.Any] = dtypes.promote_dtype,
-        keep_rngs: bool = False,
-        rngs: Rngs,
-        kernel_metadata: tp.Mapping[str, tp.Any] = _NO_META,
-        recurrent_kernel_metadata: tp.Mapping[str, tp.Any] = _NO_META,
-        bias_metadata: tp.Mapping[str, tp.Any] = _NO_META,
-    ) -> None:
-        self._common(in_features, hidden_features, gate_fn, activation_fn, dtype, param_dtype,
-                     carry_init, promote_dtype, keep_rngs, rngs)
-        self.dense_i = Linear(
-            in_features, 3 * hidden_features, use_bias=True, kernel_init=kernel_init,
-            bias_init=bias_init, dtype=dtype, param_dtype=param_dtype,
-            promote_dtype=promote_dtype, rngs=rngs, kernel_metadata=kernel_metadata,
-            bias_metadata=bias_metadata,
-        )
-        self.dense_h = Linear(
-            hidden_features, 3 * hidden_features, use_bias=False,
-            kernel_init=recurrent_kernel_init, dtype=dtype, param_dtype=param_dtype,
-            promote_dtype=promote_dtype, rngs=rngs, kernel_metadata=recurrent_kernel_metadata,
-        )
+    def _build(self, rngs: Rngs, kernel: tuple, recurrent: tuple, bias: tuple) -> None:
+        n_in, n_h = self.in_features, self.hidden_features
+        self.dense_i = _linear(self, n_in, 3 * n_h, rngs, *kernel, *bias)
+        self.dense_h = _linear(self, n_h, 3 * n_h, rngs, *recurrent)
 
     def __call__(self, carry: Array, inputs: Array) -> tuple[Array, Array]:
         h = carry
@@ -373,13 +352,6 @@ class GRUCell(_GatedCellBase):
         n = self.activation_fn(xi_n + r * hh_n)
         new_h = (1.0 - z) * n + z * h
         return new_h, new_h
-
-    def initialize_carry(
-        self, input_shape: tuple[int, ...], rngs: Rngs | RngStream | None = None,
-        carry_init: Initializer | None = None,
-    ) -> Array:
-        """``h`` of shape ``input_shape[:-1] + (hidden_features,)`` (zeros by default)."""
-        return self._carry(input_shape, rngs, carry_init, 1)[0]
 
 
 from flaxen.nnx.nn._rnn import RNN, Bidirectional, flip_sequences  # noqa: E402
