@@ -7,7 +7,9 @@ a plain JAX pytree (``nnx.Pytree`` is registered as one) and rejects shared refe
 
 Unlike Flax 0.8.3's ``split`` (:mod:`flaxen.nnx.graph`, kept for
 ``flaxen.experimental.nnx``), the State returned here holds the Variables themselves, and
-``merge`` puts the given Variables into the new object graph: no copies.
+``merge`` puts the given Variables into the new object graph: no copies. The walkers that
+need no split (``iter_graph``, ``recursive_map``, ...) live in :mod:`flaxen.nnx._graph_walk`
+and ``GraphState`` in :mod:`flaxen.nnx._graph_state`; both are re-exported here.
 
 >>> from flaxen import nnx
 >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
@@ -30,6 +32,29 @@ from flaxen.nnx import _codegen, _graphdef, filterlib
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import graph as _legacy
 from flaxen.nnx._graph_node import GraphNode
+from flaxen.nnx._graph_state import (  # a State bundled with its GraphDef
+    GraphState,
+    _gs_flatten,  # noqa: F401 - GraphState's pytree functions, kept importable from here
+    _gs_flatten_with_keys,  # noqa: F401
+    _gs_unflatten,  # noqa: F401
+    _merge_graph_states,
+)
+from flaxen.nnx._graph_walk import (  # walking a graph without splitting it
+    _check_tree,
+    _is_pytree,  # noqa: F401 - the walkers' helpers, kept importable from here
+    _is_walked,  # noqa: F401
+    _key,
+    _mode,
+    _node_items,  # noqa: F401
+    _path_str,
+    _tree_leaf,
+    find_duplicates,
+    iter_children,
+    iter_graph,
+    iter_module_children,  # noqa: F401
+    iter_modules,
+    recursive_map,
+)
 from flaxen.nnx._graphdef import NodeDef, NodeRef, VariableDef
 from flaxen.nnx._modes import set_graph_mode, set_graph_updates
 from flaxen.nnx.graph import (
@@ -56,10 +81,6 @@ __all__ = [
 A = tp.TypeVar("A")
 Node = tp.TypeVar("Node")
 _MISSING = object()
-
-
-def _mode(graph: bool | None) -> bool:
-    return set_graph_mode.current_value() if graph is None else bool(graph)
 
 
 def is_graph_node(x: tp.Any) -> bool:
@@ -185,59 +206,6 @@ def _intern2(new: eng.FlatGraph, old: eng.FlatGraph | None) -> None:
 
 
 # -- tree mode -----------------------------------------------------------------------------
-
-def _key(k: tp.Any) -> tp.Any:
-    for attr in ("name", "key", "idx"):
-        if hasattr(k, attr):
-            return getattr(k, attr)
-    return str(k)
-
-
-def _path_str(path: tuple) -> str:
-    return "/" + "/".join(str(k) for k in path)
-
-
-def _tree_leaf(x: tp.Any) -> bool:
-    return isinstance(x, Variable) or (isinstance(x, GraphNode) and not _is_pytree(x))
-
-
-def _is_pytree(x: tp.Any) -> bool:
-    return getattr(type(x), "_pytree__is_pytree", False)
-
-
-def _check_tree(node: tp.Any) -> None:
-    """Rejects shared Variables / nodes (and cycles) and non-pytree graph nodes."""
-    seen: dict[int, tuple] = {}
-
-    def walk(x: tp.Any, path: tuple, stack: set) -> None:
-        if isinstance(x, (Variable, GraphNode)):
-            if id(x) in seen:
-                raise ValueError(
-                    f"Tree mode (graph=False) does not support shared references: the same "
-                    f"{type(x).__name__} was found at paths {_path_str(seen[id(x)])} and "
-                    f"{_path_str(path)}. Use graph=True (or nnx.compat) for graphs with "
-                    "shared Variables or Modules, or remove the sharing.")
-            seen[id(x)] = path
-            if isinstance(x, Variable):
-                return
-            if not _is_pytree(x):
-                raise ValueError(
-                    f"Tree mode (graph=False) needs pytrees, but the {type(x).__name__} "
-                    f"declared with pytree=False. Found at path {_path_str(path)}. Use "
-                    "graph=True, or make the class a pytree.")
-        if id(x) in stack:
-            return
-        kids, treedef = jax.tree_util.tree_flatten_with_path(
-            x, is_leaf=lambda y: y is not x)
-        if jax.tree_util.treedef_is_leaf(treedef) and not kids or (
-                len(kids) == 1 and kids[0][1] is x):
-            return
-        stack = stack | {id(x)}
-        for kp, child in kids:
-            walk(child, (*path, _key(kp[0])), stack)
-
-    walk(node, (), set())
-
 
 def _tree_flatten(node: tp.Any) -> tuple[TreeGraphDef, list, list]:
     _check_tree(node)
@@ -592,129 +560,6 @@ def clone(node: A, /, *, graph: bool | None = None, variables: bool = True,
     return eng.unflatten(gd.defs[:1], leaves)[0][0]
 
 
-# -- iteration -----------------------------------------------------------------------------
-
-def _node_items(x: tp.Any) -> list[tuple[tp.Any, tp.Any]]:
-    if isinstance(x, GraphNode):
-        d = x.__dict__
-        if type(x)._graph_int_keys:
-            return [(int(k) if k.isdigit() else k, d[k])
-                    for k in sorted(d, key=lambda k: (0, int(k)) if k.isdigit() else (1, k))]
-        return [(k, d[k]) for k in sorted(d)]
-    return eng.flatten_pytree(x)[0]
-
-
-def _is_walked(x: tp.Any) -> bool:
-    return isinstance(x, GraphNode) or eng.is_pytree_node(x)
-
-
-def iter_graph(node: tp.Any, /, *, graph: bool | None = None
-               ) -> tp.Iterator[tuple[tuple, tp.Any]]:
-    """``(path, value)`` for every node and leaf under ``node``, children before parents.
-    Graph nodes and Variables are visited once; arrays every time they occur."""
-    if not _mode(graph):
-        _check_tree(node)
-    seen: set[int] = set()
-
-    def walk(x: tp.Any, path: tuple) -> tp.Iterator:
-        if isinstance(x, (Variable, GraphNode)):
-            if id(x) in seen:
-                return
-            seen.add(id(x))
-        if _is_walked(x):
-            for k, v in _node_items(x):
-                yield from walk(v, (*path, k))
-        yield path, x
-
-    yield from walk(node, ())
-
-
-def iter_modules(module: tp.Any, /, *, graph: bool | None = None
-                 ) -> tp.Iterator[tuple[tuple, tp.Any]]:
-    """``(path, module)`` for every Module under ``module`` (children first)."""
-    from flaxen.nnx.module import Module
-
-    for path, x in iter_graph(module, graph=graph):
-        if isinstance(x, Module):
-            yield path, x
-
-
-def iter_children(node: tp.Any, /, *, graph: bool | None = None
-                  ) -> tp.Iterator[tuple[tp.Any, tp.Any]]:
-    """``(name, child)`` for the graph nodes held directly by ``node``."""
-    if not _mode(graph):
-        _check_tree(node)
-    seen: set[int] = set()
-    for k, v in _node_items(node):
-        if isinstance(v, GraphNode) and id(v) not in seen:
-            seen.add(id(v))
-            yield k, v
-
-
-iter_module_children = iter_children
-
-
-def recursive_map(f: tp.Callable[[tuple, tp.Any], tp.Any], node: tp.Any, /, *,
-                  graph: bool | None = None) -> tp.Any:
-    """Rebuilds ``node`` bottom-up, replacing every sub-node ``x`` (graph nodes, containers
-    and Variables) by ``f(path, x)``; shared objects are mapped once."""
-    if not _mode(graph):
-        _check_tree(node)
-    done: dict[int, tp.Any] = {}
-
-    def walk(x: tp.Any, path: tuple) -> tp.Any:
-        if id(x) in done:
-            return done[id(x)]
-        if isinstance(x, GraphNode):
-            done[id(x)] = x
-            for k, v in _node_items(x):
-                new = walk(v, (*path, k))
-                if new is not v:
-                    name = str(k) if type(x)._graph_int_keys else k
-                    x.__dict__[name] = new
-            out = f(path, x)
-            done[id(x)] = out
-            return out
-        if isinstance(x, Variable):
-            out = f(path, x)
-            done[id(x)] = out
-            return out
-        if eng.is_pytree_node(x):
-            items, treedef = eng.flatten_pytree(x)
-            new_items = [(k, walk(v, (*path, k))) for k, v in items]
-            rebuilt = treedef.unflatten([v for _, v in new_items])
-            return f(path, rebuilt)
-        return x
-
-    out = walk(node, ())
-    eng._EPOCH[0] += 1
-    return out
-
-
-def find_duplicates(node: tp.Any, /, *, only: filterlib.Filter = ...) -> list[list[tuple]]:
-    """Paths of every object (graph node or Variable) reachable along several paths: one
-    list of paths per such object."""
-    pred = filterlib.to_predicate(only)
-    found: dict[int, list] = {}
-    order: list[int] = []
-
-    def walk(x: tp.Any, path: tuple, stack: frozenset) -> None:
-        if isinstance(x, (Variable, GraphNode)):
-            if id(x) in found:
-                found[id(x)].append(path)
-                return
-            found[id(x)] = [path]
-            order.append(id(x))
-            if isinstance(x, Variable) or not pred(path, x) and False:
-                return
-        if _is_walked(x) and id(x) not in stack:
-            for k, v in _node_items(x):
-                walk(v, (*path, k), stack | {id(x)})
-
-    walk(node, (), frozenset())
-    return [found[i] for i in order if len(found[i]) > 1]
-
-
 # -- calls ---------------------------------------------------------------------------------
 
 class _Call:
@@ -785,89 +630,12 @@ def map(f: tp.Callable[[tuple, tp.Any], tp.Any], node: A, /, *, graph: bool | No
     return eng.unflatten(gd.defs[:1], new)[0][0]
 
 
-class GraphState(Mapping):
-    """A State bundled with its GraphDef (what :func:`unpack` returns): ``nnx.merge`` takes
-    GraphStates alone, and it is a pytree with the same paths as its State."""
-
-    __slots__ = ("_graphdef", "_state")
-
-    def __init__(self, graphdef: tp.Any, state: State) -> None:
-        object.__setattr__(self, "_graphdef", graphdef)
-        object.__setattr__(self, "_state", state)
-
-    def __getitem__(self, key: tp.Any) -> tp.Any:
-        return self._state[key]
-
-    def __setitem__(self, key: tp.Any, value: tp.Any) -> None:
-        self._state[key] = value
-
-    def __delitem__(self, key: tp.Any) -> None:
-        del self._state[key]
-
-    def __iter__(self) -> tp.Iterator[tp.Any]:
-        return iter(self._state)
-
-    def __len__(self) -> int:
-        return len(self._state)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._state
-
-    def __getattr__(self, name: str) -> tp.Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self._state, name)
-
-    def __setattr__(self, name: str, value: tp.Any) -> None:
-        setattr(self._state, name, value)
-
-    def __repr__(self) -> str:
-        return f"GraphState({self._state!r})"
-
-
-def _gs_flatten_with_keys(gs: GraphState) -> tuple[list, tuple]:
-    s = gs._state
-    kids, treedef = jax.tree_util.tree_flatten_with_path(s, is_leaf=lambda y: y is not s)
-    return [(kp[0], v) for kp, v in kids], (gs._graphdef, treedef)
-
-
-def _gs_flatten(gs: GraphState) -> tuple[list, tuple]:
-    s = gs._state
-    kids, treedef = jax.tree_util.tree_flatten(s, is_leaf=lambda y: y is not s)
-    return kids, (gs._graphdef, treedef)
-
-
-def _gs_unflatten(aux: tuple, children: tp.Iterable[tp.Any]) -> GraphState:
-    return GraphState(aux[0], aux[1].unflatten(list(children)))
-
-
-jax.tree_util.register_pytree_with_keys(GraphState, _gs_flatten_with_keys, _gs_unflatten,
-                                        flatten_func=_gs_flatten)
-
-
 def unpack(node: tp.Any, *filters: filterlib.Filter, graph: bool | None = None) -> tp.Any:
     """Like :func:`split`, but each State comes back bundled with the GraphDef as a
     :class:`GraphState`, so ``nnx.merge(*states)`` needs nothing else."""
     gd, *states = split(node, *filters, graph=graph)
     out = tuple(GraphState(gd, s) for s in states)
     return out[0] if len(out) == 1 else out
-
-
-def _merge_graph_states(states: tuple) -> tuple[tp.Any, tuple]:
-    gd = states[0]._graphdef
-    plain = []
-    for s in states:
-        if not isinstance(s, GraphState):
-            raise ValueError(
-                f"nnx.merge: Expected GraphState objects after a GraphState, got a "
-                f"{type(s).__name__}. Pass only what nnx.unpack returned, or use "
-                "nnx.merge(graphdef, *states).")
-        if s._graphdef != gd:
-            raise ValueError(
-                "nnx.merge: the GraphDef must be the same for every GraphState; these come "
-                "from different objects. Merge the GraphStates of one nnx.unpack call.")
-        plain.append(s._state)
-    return gd, tuple(plain)
 
 
 # -- views ---------------------------------------------------------------------------------

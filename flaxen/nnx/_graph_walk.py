@@ -1,0 +1,214 @@
+"""Walking an object graph without splitting it (re-exported by :mod:`flaxen.nnx.graphlib`).
+
+``iter_graph``, ``iter_modules``, ``iter_children``, ``recursive_map`` and
+``find_duplicates`` visit the graph nodes, containers and Variables under an object (keys
+in sorted order, children before their parents) without building a GraphDef. With
+``graph=False`` (tree mode) they first run :func:`_check_tree`, the check every tree-mode
+entry point shares: it rejects shared Variables or nodes (naming both paths) and graph
+nodes that are not pytrees.
+
+>>> from flaxen import nnx
+>>> shared = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+>>> model = nnx.Sequential(shared, shared)
+>>> [path for path, _ in iter_modules(model)]
+[('layers', 0), ('layers',), ()]
+>>> find_duplicates(model)
+[[('layers', 0), ('layers', 1)]]
+"""
+
+from __future__ import annotations
+
+import typing as tp
+
+import jax
+
+from flaxen.nnx import _graph_engine as eng
+from flaxen.nnx import filterlib
+from flaxen.nnx._graph_node import GraphNode
+from flaxen.nnx._modes import set_graph_mode
+from flaxen.nnx.variables import Variable
+
+__all__ = ["find_duplicates", "iter_children", "iter_graph", "iter_modules", "recursive_map"]
+
+
+def _mode(graph: bool | None) -> bool:
+    # graph=None means the mode set by nnx.set_graph_mode
+    return set_graph_mode.current_value() if graph is None else bool(graph)
+
+
+# -- tree mode -----------------------------------------------------------------------------
+
+def _key(k: tp.Any) -> tp.Any:
+    for attr in ("name", "key", "idx"):
+        if hasattr(k, attr):
+            return getattr(k, attr)
+    return str(k)
+
+
+def _path_str(path: tuple) -> str:
+    return "/" + "/".join(str(k) for k in path)
+
+
+def _tree_leaf(x: tp.Any) -> bool:
+    return isinstance(x, Variable) or (isinstance(x, GraphNode) and not _is_pytree(x))
+
+
+def _is_pytree(x: tp.Any) -> bool:
+    return getattr(type(x), "_pytree__is_pytree", False)
+
+
+def _check_tree(node: tp.Any) -> None:
+    """Rejects shared Variables / nodes (and cycles) and non-pytree graph nodes."""
+    seen: dict[int, tuple] = {}
+
+    def walk(x: tp.Any, path: tuple, stack: set) -> None:
+        if isinstance(x, (Variable, GraphNode)):
+            if id(x) in seen:
+                raise ValueError(
+                    f"Tree mode (graph=False) does not support shared references: the same "
+                    f"{type(x).__name__} was found at paths {_path_str(seen[id(x)])} and "
+                    f"{_path_str(path)}. Use graph=True (or nnx.compat) for graphs with "
+                    "shared Variables or Modules, or remove the sharing.")
+            seen[id(x)] = path
+            if isinstance(x, Variable):
+                return
+            if not _is_pytree(x):
+                raise ValueError(
+                    f"Tree mode (graph=False) needs pytrees, but the {type(x).__name__} "
+                    f"declared with pytree=False. Found at path {_path_str(path)}. Use "
+                    "graph=True, or make the class a pytree.")
+        if id(x) in stack:
+            return
+        kids, treedef = jax.tree_util.tree_flatten_with_path(
+            x, is_leaf=lambda y: y is not x)
+        if jax.tree_util.treedef_is_leaf(treedef) and not kids or (
+                len(kids) == 1 and kids[0][1] is x):
+            return
+        stack = stack | {id(x)}
+        for kp, child in kids:
+            walk(child, (*path, _key(kp[0])), stack)
+
+    walk(node, (), set())
+
+
+# -- iteration -----------------------------------------------------------------------------
+
+def _node_items(x: tp.Any) -> list[tuple[tp.Any, tp.Any]]:
+    if isinstance(x, GraphNode):
+        d = x.__dict__
+        if type(x)._graph_int_keys:
+            return [(int(k) if k.isdigit() else k, d[k])
+                    for k in sorted(d, key=lambda k: (0, int(k)) if k.isdigit() else (1, k))]
+        return [(k, d[k]) for k in sorted(d)]
+    return eng.flatten_pytree(x)[0]
+
+
+def _is_walked(x: tp.Any) -> bool:
+    return isinstance(x, GraphNode) or eng.is_pytree_node(x)
+
+
+def iter_graph(node: tp.Any, /, *, graph: bool | None = None
+               ) -> tp.Iterator[tuple[tuple, tp.Any]]:
+    """``(path, value)`` for every node and leaf under ``node``, children before parents.
+    Graph nodes and Variables are visited once; arrays every time they occur."""
+    if not _mode(graph):
+        _check_tree(node)
+    seen: set[int] = set()
+
+    def walk(x: tp.Any, path: tuple) -> tp.Iterator:
+        if isinstance(x, (Variable, GraphNode)):
+            if id(x) in seen:
+                return
+            seen.add(id(x))
+        if _is_walked(x):
+            for k, v in _node_items(x):
+                yield from walk(v, (*path, k))
+        yield path, x
+
+    yield from walk(node, ())
+
+
+def iter_modules(module: tp.Any, /, *, graph: bool | None = None
+                 ) -> tp.Iterator[tuple[tuple, tp.Any]]:
+    """``(path, module)`` for every Module under ``module`` (children first)."""
+    from flaxen.nnx.module import Module
+
+    for path, x in iter_graph(module, graph=graph):
+        if isinstance(x, Module):
+            yield path, x
+
+
+def iter_children(node: tp.Any, /, *, graph: bool | None = None
+                  ) -> tp.Iterator[tuple[tp.Any, tp.Any]]:
+    """``(name, child)`` for the graph nodes held directly by ``node``."""
+    if not _mode(graph):
+        _check_tree(node)
+    seen: set[int] = set()
+    for k, v in _node_items(node):
+        if isinstance(v, GraphNode) and id(v) not in seen:
+            seen.add(id(v))
+            yield k, v
+
+
+iter_module_children = iter_children
+
+
+def recursive_map(f: tp.Callable[[tuple, tp.Any], tp.Any], node: tp.Any, /, *,
+                  graph: bool | None = None) -> tp.Any:
+    """Rebuilds ``node`` bottom-up, replacing every sub-node ``x`` (graph nodes, containers
+    and Variables) by ``f(path, x)``; shared objects are mapped once."""
+    if not _mode(graph):
+        _check_tree(node)
+    done: dict[int, tp.Any] = {}
+
+    def walk(x: tp.Any, path: tuple) -> tp.Any:
+        if id(x) in done:
+            return done[id(x)]
+        if isinstance(x, GraphNode):
+            done[id(x)] = x
+            for k, v in _node_items(x):
+                new = walk(v, (*path, k))
+                if new is not v:
+                    name = str(k) if type(x)._graph_int_keys else k
+                    x.__dict__[name] = new
+            out = f(path, x)
+            done[id(x)] = out
+            return out
+        if isinstance(x, Variable):
+            out = f(path, x)
+            done[id(x)] = out
+            return out
+        if eng.is_pytree_node(x):
+            items, treedef = eng.flatten_pytree(x)
+            new_items = [(k, walk(v, (*path, k))) for k, v in items]
+            rebuilt = treedef.unflatten([v for _, v in new_items])
+            return f(path, rebuilt)
+        return x
+
+    out = walk(node, ())
+    eng._EPOCH[0] += 1
+    return out
+
+
+def find_duplicates(node: tp.Any, /, *, only: filterlib.Filter = ...) -> list[list[tuple]]:
+    """Paths of every object (graph node or Variable) reachable along several paths: one
+    list of paths per such object."""
+    pred = filterlib.to_predicate(only)
+    found: dict[int, list] = {}
+    order: list[int] = []
+
+    def walk(x: tp.Any, path: tuple, stack: frozenset) -> None:
+        if isinstance(x, (Variable, GraphNode)):
+            if id(x) in found:
+                found[id(x)].append(path)
+                return
+            found[id(x)] = [path]
+            order.append(id(x))
+            if isinstance(x, Variable) or not pred(path, x) and False:
+                return
+        if _is_walked(x) and id(x) not in stack:
+            for k, v in _node_items(x):
+                walk(v, (*path, k), stack | {id(x)})
+
+    walk(node, (), frozenset())
+    return [found[i] for i in order if len(found[i]) > 1]
