@@ -27,6 +27,7 @@ from flaxen.nnx.graphlib import (
     call,
     clone,
     GraphState,
+    PureState,
     find_duplicates,
     flatten,
     is_graph_node,

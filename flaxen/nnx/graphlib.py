@@ -123,6 +123,9 @@ class GraphDef(_legacy.GraphDef[Node]):
 
 jax.tree_util.register_pytree_node(GraphDef, lambda g: ((), g), lambda g, _: g)
 
+# What ``nnx.split(node)`` returns, as a type: ``def f(pure: nnx.PureState[Model])``.
+PureState = tuple[GraphDef[A], State]
+
 
 class _ApplyCaller(_legacy._ApplyCaller):
     __slots__ = ()
@@ -398,6 +401,10 @@ def merge(graphdef: tp.Any, state: tp.Any = _NO_STATE, /, *states: tp.Any,
         graphdef, all_states = _merge_graph_states((graphdef, state, *states)
                                                    if not isinstance(state, _NoState)
                                                    else (graphdef, *states))
+    elif isinstance(state, _NoState):
+        raise TypeError(
+            "merge() missing 1 required positional argument: 'state'. Pass the State(s) "
+            "that nnx.split returned next to this graphdef: nnx.merge(graphdef, state).")
     else:
         all_states = (state, *states)
     if isinstance(graphdef, TreeGraphDef):

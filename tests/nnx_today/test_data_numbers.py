@@ -40,3 +40,24 @@ def test_jit_traces_marked_numbers_and_writes_them_back():
         assert step(box) == 3
     assert int(box.steps) == 7
     assert float(box.weight.value) == 4.0
+
+
+def test_merge_without_a_state_says_what_is_missing():
+    import pytest
+
+    graphdef, _ = nnx.split(Box())
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'state'"):
+        nnx.merge(graphdef)
+
+
+def test_pure_state_annotates_what_split_returns():
+    import jax
+
+    @jax.jit
+    def double(pure: nnx.PureState[Box]) -> nnx.PureState[Box]:
+        box = nnx.merge(*pure)
+        box.weight.value = box.weight.value * 2
+        return nnx.split(box)
+
+    pure = double(double(nnx.split(Box())))
+    assert float(nnx.merge(*pure).weight.value) == 4.0
