@@ -1,5 +1,6 @@
 """Small helpers the NNX layers share: read an optional Variable, mark ``None`` attributes as
-data (today's ``nnx.data``), and turn a ``*_metadata`` mapping into Variable keywords.
+data (today's ``nnx.data``), turn a ``*_metadata`` mapping into Variable keywords, and
+create a layer's (optional) parameter from its initializer.
 
 >>> _value(None) is None
 True
@@ -8,6 +9,8 @@ True
 from __future__ import annotations
 
 import typing as tp
+
+from flaxen.nnx.variables import Param
 
 _data_marker: tp.Callable[..., tp.Any] | None
 try:  # today's Pytree marks data attributes explicitly; older engines need no marker
@@ -36,3 +39,20 @@ def metadata(layer: str, name: str, meta: tp.Mapping[str, tp.Any] | None) -> dic
             f"{{'out_sharding': ('din', 'dout')}}), got {type(meta).__name__}."
         )
     return dict(meta)
+
+
+def new_param(
+    layer: str, name: str, init: tp.Callable[..., tp.Any], rngs: tp.Any, shape: tp.Any,
+    dtype: tp.Any, meta: tp.Mapping[str, tp.Any] | None, *, use: bool = True,
+    kind: tp.Callable[..., tp.Any] = Param,
+) -> tp.Any:
+    """``kind(init(rngs.params(), shape, dtype))`` with the checked ``<name>_metadata``
+    (``layer`` names the layer in its error); ``None`` data, drawing no key, when not ``use``.
+
+    >>> from flaxen import nnx
+    >>> new_param("Demo", "bias", nnx.initializers.zeros, nnx.Rngs(0), (2,), None, {}).shape
+    (2,)
+    """
+    if not use:
+        return data(None)
+    return kind(init(rngs.params(), shape, dtype), **metadata(layer, name, meta))

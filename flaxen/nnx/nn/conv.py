@@ -27,9 +27,8 @@ from flaxen.layer_math import convolution as cm
 from flaxen.layer_math import initializers
 from flaxen.nnx.module import Module
 from flaxen.nnx.nn import dtypes
-from flaxen.nnx.nn._common import _value, data, metadata
+from flaxen.nnx.nn._common import _value, new_param
 from flaxen.nnx.rnglib import Rngs
-from flaxen.nnx.variables import Param
 from flaxen.typing import ConvGeneralDilatedT, Dtype, Initializer, PaddingLike, PrecisionLike
 
 Array = jax.Array
@@ -104,17 +103,13 @@ class Conv(Module):
                 f"({feature_group_count}): each group convolves in_features // groups channels."
             )
         self.kernel_shape = (*self.kernel_size, in_features // feature_group_count, out_features)
-        self.kernel = Param(
-            kernel_init(rngs.params(), self.kernel_shape, param_dtype),
-            **metadata("Conv", "kernel", kernel_metadata),
+        self.kernel = new_param(
+            "Conv", "kernel", kernel_init, rngs, self.kernel_shape, param_dtype, kernel_metadata
         )
-        if use_bias:
-            self.bias = Param(
-                bias_init(rngs.params(), (out_features,), param_dtype),
-                **metadata("Conv", "bias", bias_metadata),
-            )
-        else:
-            self.bias = data(None)
+        self.bias = new_param(
+            "Conv", "bias", bias_init, rngs, (out_features,), param_dtype, bias_metadata,
+            use=use_bias,
+        )
         self.in_features = in_features
         self.out_features = out_features
         self.strides = strides
@@ -221,17 +216,14 @@ class ConvTranspose(Module):
             self.kernel_shape = (*self.kernel_size, out_features, in_features)
         else:
             self.kernel_shape = (*self.kernel_size, in_features, out_features)
-        self.kernel = Param(
-            kernel_init(rngs.params(), self.kernel_shape, param_dtype),
-            **metadata("ConvTranspose", "kernel", kernel_metadata),
+        self.kernel = new_param(
+            "ConvTranspose", "kernel", kernel_init, rngs, self.kernel_shape, param_dtype,
+            kernel_metadata,
         )
-        if use_bias:
-            self.bias = Param(
-                bias_init(rngs.params(), (out_features,), param_dtype),
-                **metadata("ConvTranspose", "bias", bias_metadata),
-            )
-        else:
-            self.bias = data(None)
+        self.bias = new_param(
+            "ConvTranspose", "bias", bias_init, rngs, (out_features,), param_dtype,
+            bias_metadata, use=use_bias,
+        )
         self.in_features = in_features
         self.out_features = out_features
         self.strides = strides

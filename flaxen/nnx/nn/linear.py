@@ -33,7 +33,7 @@ from flaxen.layer_math.einsum import bias_layout, check_einsum_str
 from flaxen.layer_math.embedding import check_ids, lookup
 from flaxen.nnx.module import Module
 from flaxen.nnx.nn import dtypes
-from flaxen.nnx.nn._common import _value, data, metadata
+from flaxen.nnx.nn._common import _value, data, metadata, new_param
 from flaxen.nnx.rnglib import Rngs
 from flaxen.nnx.variables import Param
 from flaxen.typing import DotGeneralT, Dtype, Initializer, PrecisionLike, Shape
@@ -257,18 +257,15 @@ class Einsum(Module):
     ) -> None:
         einsum_str = check_einsum_str(einsum_str)
         kernel_shape = _canon(kernel_shape)
-        self.kernel = Param(
-            kernel_init(rngs.params(), kernel_shape, param_dtype),
-            **metadata("Einsum", "kernel", kernel_metadata),
+        self.kernel = new_param(
+            "Einsum", "kernel", kernel_init, rngs, kernel_shape, param_dtype, kernel_metadata
         )
         if bias_shape is not None:
             bias_shape = _canon(bias_shape)
-            self.bias = Param(
-                bias_init(rngs.params(), bias_shape, param_dtype),
-                **metadata("Einsum", "bias", bias_metadata),
-            )
-        else:
-            self.bias = data(None)
+        self.bias = new_param(
+            "Einsum", "bias", bias_init, rngs, bias_shape, param_dtype, bias_metadata,
+            use=bias_shape is not None,
+        )
         self.einsum_str = einsum_str
         self.kernel_shape = kernel_shape
         self.bias_shape = bias_shape
@@ -328,9 +325,9 @@ class Embed(Module):
         rngs: Rngs,
         embedding_metadata: tp.Mapping[str, tp.Any] = _NO_META,
     ) -> None:
-        self.embedding = Param(
-            embedding_init(rngs.params(), (num_embeddings, features), param_dtype),
-            **metadata("Embed", "embedding", embedding_metadata),
+        self.embedding = new_param(
+            "Embed", "embedding", embedding_init, rngs, (num_embeddings, features), param_dtype,
+            embedding_metadata,
         )
         self.num_embeddings = num_embeddings
         self.features = features

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from flaxen.layer_math import initializers
 from flaxen.nnx.module import Module
 from flaxen.nnx.nn import dtypes
-from flaxen.nnx.nn._common import metadata
+from flaxen.nnx.nn._common import new_param
 from flaxen.nnx.nn.linear import Linear
 from flaxen.nnx.rnglib import Rngs
 from flaxen.nnx.variables import Param, Variable
@@ -78,13 +78,13 @@ class LoRA(Module):
         self.lora_param_type = lora_param_type
         self.base_module = base_module
         self.promote_dtype = promote_dtype
-        self.lora_a = lora_param_type(
-            a_initializer(rngs.params(), (in_features, lora_rank), param_dtype),
-            **metadata("LoRA", "a", a_metadata),
+        self.lora_a = new_param(
+            "LoRA", "a", a_initializer, rngs, (in_features, lora_rank), param_dtype, a_metadata,
+            kind=lora_param_type,
         )
-        self.lora_b = lora_param_type(
-            b_initializer(rngs.params(), (lora_rank, out_features), param_dtype),
-            **metadata("LoRA", "b", b_metadata),
+        self.lora_b = new_param(
+            "LoRA", "b", b_initializer, rngs, (lora_rank, out_features), param_dtype,
+            b_metadata, kind=lora_param_type,
         )
 
     def __call__(self, x: jax.Array, **kwargs: tp.Any) -> jax.Array:

@@ -29,9 +29,9 @@ from flaxen.layer_math import initializers
 from flaxen.layer_math.normalization import canonicalize_axes, compute_stats, normalize
 from flaxen.nnx.module import Module
 from flaxen.nnx.nn import dtypes
-from flaxen.nnx.nn._common import _value, data, metadata
+from flaxen.nnx.nn._common import _value, new_param
 from flaxen.nnx.rnglib import Rngs
-from flaxen.nnx.variables import BatchStat, Param
+from flaxen.nnx.variables import BatchStat
 from flaxen.typing import Axes, Dtype, Initializer
 
 Array = jax.Array
@@ -76,15 +76,11 @@ def _setup(layer: Module, name: str, args: dict[str, tp.Any], **kept: tp.Any) ->
     """
     shape = (args["num_features"],)
     for param in ("scale", "bias"):
-        if f"use_{param}" not in args:
-            continue
-        value = data(None)
-        if args[f"use_{param}"]:
-            value = Param(
-                args[f"{param}_init"](args["rngs"].params(), shape, args["param_dtype"]),
-                **metadata(name, param, args[f"{param}_metadata"]),
-            )
-        setattr(layer, param, value)
+        if f"use_{param}" in args:
+            setattr(layer, param, new_param(
+                name, param, args[f"{param}_init"], args["rngs"], shape, args["param_dtype"],
+                args[f"{param}_metadata"], use=args[f"use_{param}"],
+            ))
     for arg, value in args.items():
         if arg not in _NOT_KEPT:
             setattr(layer, arg, kept.get(arg, value))
