@@ -110,6 +110,23 @@ def _scan_cell(cell: tp.Any, carry: Carry, xs: Array, *, unroll: int,
     return carry, out
 
 
+def _carry_rngs(layer: str, rngs: tp.Any) -> tp.Any:
+    """The carry stream a layer keeps for its ``rngs`` argument: a fresh stream for
+    ``True``, ``None`` data for ``False``, a fork of an ``Rngs``' ``carry``, a stream as is."""
+    if rngs is True:
+        return RngStream(0, tag="carry")
+    if rngs is False:
+        return data(None)
+    if isinstance(rngs, Rngs):
+        return RngStream.fork(rngs.carry)
+    if isinstance(rngs, RngStream):
+        return rngs
+    raise TypeError(
+        f"{layer}: rngs must be an nnx.Rngs, an nnx.RngStream or a bool, got "
+        f"{type(rngs).__name__}."
+    )
+
+
 class RNN(Module):
     """Runs ``cell`` over the time axis of ``inputs`` (axis ``-(num_feature_axes + 1)``, or
     0 when ``time_major``); returns the outputs (``(carry, outputs)`` with
@@ -145,19 +162,7 @@ class RNN(Module):
             )
         self.state_axes = state_axes
         self.broadcast_rngs = broadcast_rngs
-        if rngs is True:
-            self.rngs = RngStream(0, tag="carry")
-        elif rngs is False:
-            self.rngs = data(None)
-        elif isinstance(rngs, Rngs):
-            self.rngs = RngStream.fork(rngs.carry)
-        elif isinstance(rngs, RngStream):
-            self.rngs = rngs
-        else:
-            raise TypeError(
-                f"RNN: rngs must be an nnx.Rngs, an nnx.RngStream or a bool, got "
-                f"{type(rngs).__name__}."
-            )
+        self.rngs = _carry_rngs("RNN", rngs)
 
     def __call__(
         self,
@@ -231,19 +236,7 @@ class Bidirectional(Module):
         self.merge_fn = merge_fn
         self.time_major = time_major
         self.return_carry = return_carry
-        if rngs is True:
-            self.rngs = RngStream(0, tag="carry")
-        elif rngs is False:
-            self.rngs = data(None)
-        elif isinstance(rngs, Rngs):
-            self.rngs = RngStream.fork(rngs.carry)
-        elif isinstance(rngs, RngStream):
-            self.rngs = rngs
-        else:
-            raise TypeError(
-                f"Bidirectional: rngs must be an nnx.Rngs, an nnx.RngStream or a bool, got "
-                f"{type(rngs).__name__}."
-            )
+        self.rngs = _carry_rngs("Bidirectional", rngs)
 
     def __call__(
         self,
