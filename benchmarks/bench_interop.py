@@ -131,6 +131,10 @@ def _child(what: str, n_params: int) -> None:
 
     sd, target, _ = _state_dict(n_params)
     jax.block_until_ready(jax.device_put(np.zeros(8)))  # start the runtime outside the peak
+    if os.environ.get("FLAXEN_BENCH_COLD_COMPILER") != "1":
+        # and XLA's compiler (~40 MB, once per process: any program that has initialised or
+        # trained a model has paid it); FLAXEN_BENCH_COLD_COMPILER=1 counts it as well
+        jax.block_until_ready(jax.jit(lambda a: a + 1)(np.zeros(8)))
     if what == "convert":
         fn = lambda: jax.block_until_ready(fxt.convert(sd, target))  # noqa: E731
     else:
