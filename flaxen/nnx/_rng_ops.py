@@ -122,9 +122,14 @@ def map_streams(f: tp.Callable[[tuple, RngStream], tp.Any], node: tp.Any, *, gra
             for k, v in list(vars(x).items()):
                 d[k] = go((*path, k), v)
             if isinstance(x, RngStream):
+                drawn_from = new
                 new = f(path, new)
                 if graph:
                     memo[id(x)] = new
+                elif new is not drawn_from and isinstance(x.count, Variable):
+                    # tree mode works on a copy, but a key drawn for the new stream is
+                    # drawn from the caller's stream: its count moves on as in graph mode
+                    x.count.set_raw_value(drawn_from.count.get_raw_value())
             return new
         if isinstance(x, dict):
             return type(x)((k, go((*path, k), v)) for k, v in x.items()) \
