@@ -50,11 +50,82 @@ def _mapping_repr(m: dict) -> str:
     return "{\n" + ",\n".join(lines) + "\n}"
 
 
+def _variables(x: tp.Any, seen: set, out: list) -> None:
+    """Every Variable reachable from ``x`` once (shared ones counted once)."""
+    from flaxen.nnx.variables import Variable
+
+    if id(x) in seen:
+        return
+    if isinstance(x, Variable):
+        seen.add(id(x))
+        out.append(x)
+    elif isinstance(x, GraphNode):
+        seen.add(id(x))
+        for v in x.__dict__.values():
+            _variables(v, seen, out)
+    elif isinstance(x, dict):
+        for v in x.values():
+            _variables(v, seen, out)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            _variables(v, seen, out)
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n:,.1f} GB"  # unreachable: the loop returns at GB
+
+
+def variable_counts(module: tp.Any) -> str:
+    """``Param: 4,554 (18.2 KB), ..., Total: 6,070 (24.3 KB)``: the sizes of a module's
+    Variables by kind (the RNG keys and counts as RngState), for the first line of its repr."""
+    import numpy as np
+
+    found: list = []
+    _variables(module, set(), found)
+    groups: dict[str, list[int]] = {}
+    for var in found:
+        # RNG keys and counts of either NNX face (each has its own RngState class)
+        kind = "RngState" if any(c.__name__ == "RngState" for c in type(var).__mro__) \
+            else type(var).__name__
+        value = var.get_raw_value() if hasattr(var, "get_raw_value") else var.raw_value
+        shape = getattr(value, "shape", ())
+        count = int(np.prod(shape)) if shape is not None else 1
+        try:
+            nbytes = int(getattr(value, "nbytes", 0))
+        except Exception:  # noqa: BLE001 - typed keys and odd values have no byte size
+            nbytes = 0
+        total = groups.setdefault(kind, [0, 0])
+        total[0] += count
+        total[1] += nbytes
+    if not groups:
+        return ""
+    parts = [f"{k}: {c:,} ({_size(b)})" for k, (c, b) in groups.items()]
+    count, nbytes = sum(c for c, _ in groups.values()), sum(b for _, b in groups.values())
+    if len(groups) > 1:
+        parts.append(f"Total: {count:,} ({_size(nbytes)})")
+    return ", ".join(parts)
+
+
 def module_repr(module: tp.Any, _seen: set | None = None) -> str:
+    """A Module as nested text; the outermost line says how many values its Variables hold.
+
+    >>> from flaxen import nnx
+    >>> print(repr(nnx.Linear(2, 3, rngs=nnx.Rngs(0))).splitlines()[0])
+    Linear( # Param: 9 (36 B)
+    """
     seen = _seen if _seen is not None else set()
     if id(module) in seen:
         return f"{type(module).__name__}(...)"
     seen.add(id(module))
+    head = f"{type(module).__name__}("
+    if _seen is None:
+        counts = variable_counts(module)
+        if counts:
+            head += f" # {counts}"
     lines = []
     for k, v in module.__dict__.items():
         if isinstance(v, GraphNode):
@@ -64,7 +135,7 @@ def module_repr(module: tp.Any, _seen: set | None = None) -> str:
         lines.append(f"  {k}={_indent(body)}")
     if not lines:
         return f"{type(module).__name__}()"
-    return f"{type(module).__name__}(\n" + ",\n".join(lines) + "\n)"
+    return f"{head}\n" + ",\n".join(lines) + "\n)"
 
 
 def display(*args: tp.Any) -> None:
