@@ -725,10 +725,46 @@ def view_info(node: tp.Any, /, *, only: filterlib.Filter = ..., graph: bool | No
         if not callable(set_view):
             continue
         seen.add(type(module))
-        params = [p for p in inspect.signature(set_view).parameters if p != "self"]
-        lines.append(f"{type(module).__name__}:")
-        lines.extend(f"  {p}" for p in params)
+        docs = _args_doc(inspect.getdoc(set_view) or "")
+        lines.append(f"{type(module).__qualname__}:")
+        for p in inspect.signature(set_view).parameters.values():
+            if p.name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                continue
+            text = p.name
+            if p.annotation is not p.empty:
+                ann = p.annotation
+                text += f": {ann if isinstance(ann, str) else inspect.formatannotation(ann)}"
+            if p.default is not p.empty:
+                text += f" = {p.default!r}"
+            lines.append(f"  {text}")
+            lines.extend(f"    {d}" for d in docs.get(p.name, ()))
     return "\n".join(lines)
+
+
+def _args_doc(doc: str) -> dict[str, list[str]]:
+    """The ``Args:`` section of a Google-style docstring: each argument's lines of text."""
+    out: dict[str, list[str]] = {}
+    lines = doc.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.strip() == "Args:"), None)
+    if start is None:
+        return out
+    base = len(lines[start]) - len(lines[start].lstrip())
+    arg_indent, current = None, None
+    for ln in lines[start + 1:]:
+        if not ln.strip():
+            continue
+        indent = len(ln) - len(ln.lstrip())
+        if indent <= base:
+            break  # the next section
+        if arg_indent is None:
+            arg_indent = indent
+        head, sep, rest = ln.strip().partition(":")
+        if indent == arg_indent and sep:
+            current = head.split(" ")[0].lstrip("*")
+            out[current] = [rest.strip()] if rest.strip() else []
+        elif current is not None:
+            out[current].append(ln.strip())
+    return out
 
 
 _CONTEXT_NAMES = frozenset({

@@ -38,3 +38,29 @@ def test_nested_modules_and_empty_modules_have_no_summary():
     text = repr(Block(nnx.Rngs(0)))
     assert sum("# " in line for line in text.splitlines()) == 1
     assert repr(Empty()) == "Empty()"
+
+
+def test_view_info_lists_typed_arguments_with_their_docstring_text():
+    class Scaled(nnx.Module):
+        def set_view(self, factor: float | None = None, *, loud: bool = False, **rest) -> dict:
+            """Switches modes.
+
+            Args:
+              factor: how much to scale.
+                Applies to every call.
+              loud: whether to print.
+
+            Returns:
+              the unused keywords.
+            """
+            return rest
+
+    info = nnx.view_info(Scaled())
+    assert info.splitlines() == [
+        f"{Scaled.__qualname__}:",
+        "  factor: float | None = None",
+        "    how much to scale.",
+        "    Applies to every call.",
+        "  loud: bool = False",
+        "    whether to print.",
+    ]
