@@ -138,14 +138,28 @@ class _ApplyCaller(_legacy._ApplyCaller):
 
 
 class TreeNodeDef:
-    """The root definition of a tree-mode split: the JAX treedef and the leaf paths."""
+    """The root definition of a tree-mode split: the JAX treedef and the leaf paths.
 
-    __slots__ = ("treedef", "paths", "_hash")
+    States list their leaves sorted by path (as graph mode does); ``path_index`` pairs each
+    path, in that order, with the leaf's position in the treedef, and :meth:`unflatten`
+    puts leaves given in path order back where the treedef wants them.
+    """
 
-    def __init__(self, treedef: tp.Any, paths: tuple) -> None:
+    __slots__ = ("treedef", "paths", "path_index", "_hash")
+
+    def __init__(self, treedef: tp.Any, paths: tuple, path_index: tuple | None = None
+                 ) -> None:
         self.treedef = treedef
         self.paths = paths
+        self.path_index = path_index if path_index is not None else tuple(
+            (p, i) for i, p in enumerate(paths))
         self._hash = hash((treedef, paths))
+
+    def unflatten(self, leaves: tp.Sequence[tp.Any]) -> tp.Any:
+        ordered = list(leaves)
+        for (_, i), leaf in zip(self.path_index, leaves):
+            ordered[i] = leaf
+        return self.treedef.unflatten(ordered)
 
     def __hash__(self) -> int:
         return self._hash
@@ -213,9 +227,17 @@ def _intern2(new: eng.FlatGraph, old: eng.FlatGraph | None) -> None:
 def _tree_flatten(node: tp.Any) -> tuple[TreeGraphDef, list, list]:
     _check_tree(node)
     with_path, treedef = jax.tree_util.tree_flatten_with_path(node, is_leaf=_tree_leaf)
-    paths = [tuple(_key(k) for k in kp) for kp, _ in with_path]
-    leaves = [leaf for _, leaf in with_path]
-    return TreeGraphDef(TreeNodeDef(treedef, tuple(paths))), paths, leaves
+    tree_paths = [tuple(_key(k) for k in kp) for kp, _ in with_path]
+    order = sorted(range(len(tree_paths)), key=lambda i: _path_order(tree_paths[i]))
+    paths = [tree_paths[i] for i in order]
+    leaves = [with_path[i][1] for i in order]
+    index = tuple((tree_paths[i], i) for i in order)
+    return TreeGraphDef(TreeNodeDef(treedef, tuple(paths), index)), paths, leaves
+
+
+def _path_order(path: tuple) -> tuple:
+    # numbers before names, each in its own order: paths can mix the two at one depth
+    return tuple((0, k, "") if isinstance(k, int) else (1, 0, str(k)) for k in path)
 
 
 # -- flatten / split -----------------------------------------------------------------------
@@ -413,7 +435,7 @@ def merge(graphdef: tp.Any, state: tp.Any = _NO_STATE, /, *states: tp.Any,
             leaves = [_single_leaf(all_states)]
         else:
             leaves = _flat_leaves(nodedef.paths, all_states, "merge")
-        return nodedef.treedef.unflatten(leaves)
+        return nodedef.unflatten(leaves)
     if not isinstance(graphdef, _graphdef.GraphDef):
         raise TypeError(
             f"nnx.merge expects a GraphDef first, got a {type(graphdef).__name__}. Pass the "
@@ -473,7 +495,7 @@ def unflatten(graphdef: tp.Any, state: tp.Any, /, *, index_ref: dict | None = No
     if copy_variables:
         leaves = [v.copy() if isinstance(v, Variable) else v for v in leaves]
     if isinstance(graphdef, TreeGraphDef):
-        return graphdef.nodes[0].treedef.unflatten(leaves)
+        return graphdef.nodes[0].unflatten(leaves)
     idxmap = None
     if outer_index_outer_ref is not None and getattr(graphdef, "outer_index", None):
         idxmap = {i: outer_index_outer_ref[o] for i, o in graphdef.outer_index.items()
@@ -563,7 +585,7 @@ def clone(node: A, /, *, graph: bool | None = None, variables: bool = True,
     elif variables:
         leaves = [v.copy() if isinstance(v, Variable) else v for v in leaves]
     if isinstance(gd, TreeGraphDef):
-        return gd.nodes[0].treedef.unflatten(leaves)
+        return gd.nodes[0].unflatten(leaves)
     return eng.unflatten(gd.defs[:1], leaves)[0][0]
 
 
@@ -633,7 +655,7 @@ def map(f: tp.Callable[[tuple, tp.Any], tp.Any], node: A, /, *, graph: bool | No
             out = v.replace(out)
         new.append(out)
     if isinstance(gd, TreeGraphDef):
-        return gd.nodes[0].treedef.unflatten(new)
+        return gd.nodes[0].unflatten(new)
     return eng.unflatten(gd.defs[:1], new)[0][0]
 
 
@@ -651,7 +673,7 @@ def _shallow_copy(node: A, graph: bool | None) -> A:
     """New node objects around the same Variables."""
     gd, paths, leaves = _split_parts(node, graph)
     if isinstance(gd, TreeGraphDef):
-        return gd.nodes[0].treedef.unflatten(leaves)
+        return gd.nodes[0].unflatten(leaves)
     return eng.unflatten(gd.defs[:1], leaves)[0][0]
 
 

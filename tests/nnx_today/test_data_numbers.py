@@ -61,3 +61,19 @@ def test_pure_state_annotates_what_split_returns():
 
     pure = double(double(nnx.split(Box())))
     assert float(nnx.merge(*pure).weight.value) == 4.0
+
+
+def test_tree_mode_states_list_leaves_by_path_and_rebuild_the_tree():
+    import collections
+
+    Pair = collections.namedtuple("Pair", ["second", "first"])
+    tree = Pair(second=nnx.Param(jnp.ones(())), first={"b": nnx.Param(jnp.zeros(2)),
+                                                       "a": jnp.full(3, 7.0)})
+    graphdef, flat = nnx.graphlib.flatten(tree, graph=False)
+    assert [p for p, _ in flat] == [("first", "a"), ("first", "b"), ("second",)]
+    rebuilt = nnx.graphlib.unflatten(graphdef, flat)
+    assert type(rebuilt) is Pair and float(rebuilt.second.value) == 1.0
+    assert rebuilt.first["a"].tolist() == [7.0] * 3
+    gd, state = nnx.split(tree, graph=False)
+    again = nnx.merge(gd, state)
+    assert again.first["b"].value.shape == (2,) and float(again.second.value) == 1.0
