@@ -26,7 +26,7 @@ from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import filterlib
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._modes import set_graph_mode
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.variables import Variable, is_array_ref
 
 __all__ = ["find_duplicates", "iter_children", "iter_graph", "iter_modules", "recursive_map"]
 
@@ -62,15 +62,17 @@ def _check_tree(node: tp.Any) -> None:
     seen: dict[int, tuple] = {}
 
     def walk(x: tp.Any, path: tuple, stack: set) -> None:
-        if isinstance(x, (Variable, GraphNode)):
+        ref = is_array_ref(x)
+        if ref or isinstance(x, (Variable, GraphNode)):
             if id(x) in seen:
+                what = "jax.Ref" if ref else type(x).__name__
                 raise ValueError(
                     f"Tree mode (graph=False) does not support shared references: the same "
-                    f"{type(x).__name__} was found at paths {_path_str(seen[id(x)])} and "
+                    f"{what} was found at paths {_path_str(seen[id(x)])} and "
                     f"{_path_str(path)}. Use graph=True (or nnx.compat) for graphs with "
-                    "shared Variables or Modules, or remove the sharing.")
+                    "shared Variables, Refs or Modules, or remove the sharing.")
             seen[id(x)] = path
-            if isinstance(x, Variable):
+            if ref or isinstance(x, Variable):
                 return
             if not _is_pytree(x):
                 raise ValueError(

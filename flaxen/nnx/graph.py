@@ -451,7 +451,7 @@ class UpdateContext:
     ``ctx.split(copy)`` -> ``ctx.update(graphdef, state)`` writes the copy's changes (values
     and structure) back into the outer objects. Also usable as a context manager.
 
-    >>> from flaxen import nnx
+    >>> from flaxen.experimental import nnx  # the 0.8.3 face (today's takes a tag)
     >>> m = nnx.Dict(a=nnx.Param(1))
     >>> with nnx.UpdateContext() as ctx:
     ...     inner = ctx.merge(*ctx.split(m))

@@ -77,3 +77,14 @@ def test_tree_mode_states_list_leaves_by_path_and_rebuild_the_tree():
     gd, state = nnx.split(tree, graph=False)
     again = nnx.merge(gd, state)
     assert again.first["b"].value.shape == (2,) and float(again.second.value) == 1.0
+
+
+def test_tree_mode_rejects_a_shared_jax_ref():
+    import jax
+    import pytest
+
+    ref = jax.new_ref(jnp.array(1.0))
+    with pytest.raises(ValueError, match=r"same jax.Ref was found at paths /0 and /1"):
+        nnx.split([ref, ref], graph=False)
+    _, state = nnx.split([ref, jax.new_ref(jnp.array(2.0))], graph=False)
+    assert len(nnx.to_flat_state(state)) == 2
