@@ -50,27 +50,6 @@ def _mapping_repr(m: dict) -> str:
     return "{\n" + ",\n".join(lines) + "\n}"
 
 
-def _variables(x: tp.Any, seen: set, out: list) -> None:
-    """Every Variable reachable from ``x`` once (shared ones counted once)."""
-    from flaxen.nnx.variables import Variable
-
-    if id(x) in seen:
-        return
-    if isinstance(x, Variable):
-        seen.add(id(x))
-        out.append(x)
-    elif isinstance(x, GraphNode):
-        seen.add(id(x))
-        for v in x.__dict__.values():
-            _variables(v, seen, out)
-    elif isinstance(x, dict):
-        for v in x.values():
-            _variables(v, seen, out)
-    elif isinstance(x, (list, tuple)):
-        for v in x:
-            _variables(v, seen, out)
-
-
 def _size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1000 or unit == "GB":
@@ -84,10 +63,14 @@ def variable_counts(module: tp.Any) -> str:
     Variables by kind (the RNG keys and counts as RngState), for the first line of its repr."""
     import numpy as np
 
-    found: list = []
-    _variables(module, set(), found)
+    from flaxen.nnx._graph_walk import iter_graph
+    from flaxen.nnx.variables import Variable
+
     groups: dict[str, list[int]] = {}
-    for var in found:
+    # graph mode: shared Variables are visited (and counted) once
+    for _, var in iter_graph(module, graph=True):
+        if not isinstance(var, Variable):
+            continue
         # RNG keys and counts of either NNX face (each has its own RngState class)
         kind = "RngState" if any(c.__name__ == "RngState" for c in type(var).__mro__) \
             else type(var).__name__
