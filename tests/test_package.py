@@ -39,6 +39,21 @@ def test_version_is_exposed():
     assert flaxen.__version__.count(".") >= 2
 
 
+def test_version_gates_written_for_flax_0_12_take_the_0_12_branch():
+    from packaging.version import Version
+
+    from flaxen import version
+
+    v = Version(flaxen.__version__)
+    assert flaxen.__version__ == version.__version__
+    # the Flax API flaxen implements comes first: gates like Flax 0.12.8's hold
+    assert Version("0.12") <= v < Version("0.13")
+    assert v >= Version("0.12.8") and v < Version("0.12.9")
+    assert v.release[:3] == (0, 12, 8)
+    # flaxen's own release number is the fourth part
+    assert len(v.release) == 4 and v.release[3] >= 1
+
+
 def test_unknown_attribute_raises():
     try:
         flaxen.definitely_not_a_submodule  # noqa: B018
