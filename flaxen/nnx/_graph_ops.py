@@ -1,20 +1,23 @@
-"""Graph operations: split a module graph into a definition and State, merge it back.
+"""Copying graph operations: split a graph into a definition and a State of snapshots.
 
-``split(node)`` returns a :class:`GraphDef` (hashable: types, attribute names, static values,
-shared references) and a :class:`~flaxen.nnx.State` of VariableStates; ``merge(graphdef,
-state)`` builds an equal, independent object graph. Shared submodules and Variables stay
-shared (one object in, one object out) and reference cycles are handled. ``flatten`` /
-``unflatten`` are the same operations with the object <-> index maps exposed, which is what
-a transform needs to write changes back into the objects it was given.
+Today's ``nnx.split`` puts the Variables themselves into its State; the operations here put
+*snapshots* (``VariableState``: value + metadata, detached from the object graph) instead, so
+the State can be changed, traced or stored without touching the objects. ``merge`` builds new
+objects; ``update`` writes snapshots (or Variables, or raw values) back in place. Code inside
+``flaxen.nnx`` that needs an independent copy (recurrent cells inside ``lax.scan``, abstract
+models, the Linen bridge, tabulate, EMA) uses these; ``flaxen.experimental.nnx.graph`` (the
+Flax 0.8.3 face) publishes them under its names. The face-neutral helpers both faces share
+(``RefMap``, ``is_node``, State nesting, looking up leaves along graph paths, writing leaves
+back) live here too.
 
 >>> from flaxen import nnx
+>>> from flaxen.nnx import _graph_ops as ops
 >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
->>> graphdef, state = nnx.split(model)
->>> copy = nnx.merge(graphdef, state)
->>> copy is model, (copy.kernel.value == model.kernel.value).all()
-(False, Array(True, dtype=bool))
->>> params, rest = nnx.split(model, nnx.Param, ...)[1:]
->>> sorted(params.flat_state())
+>>> graphdef, state = ops.split(model)
+>>> copy = ops.merge(graphdef, state)
+>>> copy is model, bool((copy.kernel.value == model.kernel.value).all())
+(False, True)
+>>> sorted(ops.split(model, nnx.Param, ...)[1].flat_state())
 [('bias',), ('kernel',)]
 """
 
@@ -31,14 +34,13 @@ from flaxen.nnx import _codegen, _graphdef, filterlib
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graphdef import NodeDef, PytreeType, VariableDef
-from flaxen.nnx.state import State
-from flaxen.nnx.variables import EMPTY, Variable, VariableState, _make_state
+from flaxen.nnx.statelib import State
+from flaxen.nnx.variablelib import EMPTY, Variable, VariableState, _make_state
 
 __all__ = [
-    "GraphDef", "GraphNode", "PytreeType", "RefMap", "Static", "UpdateContext", "clone",
-    "compose_mapping", "compose_mapping_reversed", "flatten", "graph_update_static",
-    "graphdef", "is_node", "iter_graph", "merge", "pop", "split", "state", "unflatten",
-    "update",
+    "GraphDef", "GraphNode", "PytreeType", "RefMap", "clone", "compose_mapping",
+    "compose_mapping_reversed", "flatten", "graph_update_static", "graphdef", "is_node",
+    "iter_graph", "merge", "pop", "split", "state", "unflatten", "update",
 ]
 
 _COMPILE_AT = 3
@@ -98,24 +100,6 @@ class _ApplyCaller:
 
     def __getattr__(self, name: str) -> tp.Callable[..., tuple]:
         return lambda *args, **kwargs: self._call(name, args, kwargs)
-
-
-class Static(tp.Generic[Node]):
-    """Wraps a hashable value so it passes through JAX transforms as static metadata."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Node) -> None:
-        self.value = value
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Static) and self.value == other.value
-
-    def __hash__(self) -> int:
-        return hash(self.value)
-
-
-jax.tree_util.register_pytree_node(Static, lambda s: ((), s.value), lambda v, _: Static(v))
 
 
 class RefMap(MutableMapping):
@@ -443,59 +427,4 @@ def iter_graph(node: tp.Any) -> tp.Iterator[tuple[tuple, tp.Any]]:
 
     yield from walk(fg.defs[0], ())
 
-
-class UpdateContext:
-    """Carries object identities from a split to the matching merge and update.
-
-    ``ctx.split(outer)`` -> ``ctx.merge(graphdef, state)`` (a copy to work on) ->
-    ``ctx.split(copy)`` -> ``ctx.update(graphdef, state)`` writes the copy's changes (values
-    and structure) back into the outer objects. Also usable as a context manager.
-
-    >>> from flaxen.experimental import nnx  # the 0.8.3 face (today's takes a tag)
-    >>> m = nnx.Dict(a=nnx.Param(1))
-    >>> with nnx.UpdateContext() as ctx:
-    ...     inner = ctx.merge(*ctx.split(m))
-    ...     inner.b = nnx.Param(2)
-    ...     _ = ctx.update(*ctx.split(inner))
-    >>> m.b.value
-    2
-    """
-
-    def __init__(self) -> None:
-        self.outer_refs: list | None = None  # index -> outer object, of the first split
-        self.inner_of: dict[int, int] | None = None  # id(inner object) -> outer index
-        self.last_refs: list | None = None  # index -> object, of the latest split
-
-    def __enter__(self) -> UpdateContext:
-        return self
-
-    def __exit__(self, *exc: tp.Any) -> None:
-        self.outer_refs = self.inner_of = self.last_refs = None
-
-    def split(self, node: Node, *filters: filterlib.Filter) -> tuple:
-        fg = flatten_node(node)
-        if self.outer_refs is None:
-            self.outer_refs = list(fg.refs)
-        self.last_refs = list(fg.refs)
-        return (fg.graphdef, *_states_from_flat(fg, filters))
-
-    def merge(self, graphdef: GraphDef[Node], state: tp.Mapping, *states: tp.Mapping) -> Node:
-        leaves = _leaves_from_states(graphdef.defs, (state, *states), "merge")
-        roots, built = eng.unflatten(graphdef.defs, leaves)
-        self.inner_of = {id(obj): i for i, obj in built.items()}
-        return roots[0]
-
-    def update(self, graphdef: GraphDef[Node], state: tp.Mapping, *states: tp.Mapping
-               ) -> Node:
-        if self.outer_refs is None or self.inner_of is None or self.last_refs is None:
-            raise NotAGraphNodeError(
-                "", "UpdateContext.update needs a split of the outer node, a merge and a "
-                "split of the copy first", "Call ctx.split, ctx.merge, ctx.split, ctx.update.")
-        idxmap = {}
-        for i, obj in enumerate(self.last_refs):
-            outer = self.inner_of.get(id(obj))
-            if outer is not None:
-                idxmap[i] = self.outer_refs[outer]
-        leaves = _leaves_from_states(graphdef.defs, (state, *states), "update")
-        return eng.unflatten(graphdef.defs, leaves, idxmap)[0][0]
 
