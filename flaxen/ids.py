@@ -40,12 +40,25 @@ class UUIDManager:
 
 
 class FlaxId:
-    """A unique integer id; copies are new ids (see the module docstring)."""
+    """A unique integer id; copies are new ids (see the module docstring).
 
-    __slots__ = ("rawid",)
+    The number is ``.rawid``; ``.id`` is the same number under the name Flax code reads.
 
+    >>> FlaxId(7).id
+    7
+    """
+
+    # no __slots__: Flax's FlaxId accepts extra attributes, and code that tags ids relies on it
     def __init__(self, rawid: int) -> None:
         self.rawid = rawid
+
+    @property
+    def id(self) -> int:
+        return self.rawid
+
+    @id.setter
+    def id(self, value: int) -> None:
+        self.rawid = value
 
     def __eq__(self, other: Any) -> bool:
         return isinstance(other, FlaxId) and self.rawid == other.rawid

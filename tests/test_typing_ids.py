@@ -167,3 +167,12 @@ def test_base_config_context_with_block_nesting_and_decorator():
         assert "abstract" in str(e)
     else:
         raise AssertionError("BaseConfigContext is abstract")
+
+
+def test_flax_id_accepts_attributes_and_reads_as_id():
+    a = ids.uuid()
+    a.tag = "mine"  # Flax's FlaxId has no __slots__
+    assert a.tag == "mine" and a.id == a.rawid
+    b = ids.FlaxId(0)
+    b.id = 5
+    assert b == ids.FlaxId(5) and b.rawid == 5
