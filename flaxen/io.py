@@ -39,9 +39,11 @@ from flaxen import errors
 __all__ = [
     "BackendMode",
     "GFile",
+    "NotFoundError",
     "copy",
     "exists",
     "getsize",
+    "gfile",  # noqa: F822 - resolved lazily by __getattr__
     "glob",
     "io_mode",
     "isdir",
@@ -64,17 +66,22 @@ class BackendMode(enum.Enum):
 
 io_mode: BackendMode = BackendMode.DEFAULT
 
+# What a missing file raises in the default backend. Flax binds TensorFlow's NotFoundError here
+# when TensorFlow is installed because its default backend is then TF; flaxen's default backend
+# is always the local one (TensorFlow is imported only on demand), so the local error applies.
+NotFoundError = FileNotFoundError
+
 _URL_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9.+-]*://")
 
 
-def set_mode(mode: BackendMode) -> None:
-    """Makes ``mode`` the backend of every later call (see :func:`override_mode`)."""
+def set_mode(override: BackendMode) -> None:
+    """Makes ``override`` the backend of every later call (see :func:`override_mode`)."""
     global io_mode
-    io_mode = _check_mode(mode)
+    io_mode = _check_mode(override)
 
 
 @contextlib.contextmanager
-def override_mode(mode: BackendMode) -> Iterator[None]:
+def override_mode(override: BackendMode) -> Iterator[None]:
     """Uses ``mode`` inside the ``with`` block, then restores the previous backend.
 
     >>> from flaxen import io
@@ -84,7 +91,7 @@ def override_mode(mode: BackendMode) -> Iterator[None]:
     """
     global io_mode
     previous = io_mode
-    io_mode = _check_mode(mode)
+    io_mode = _check_mode(override)
     try:
         yield
     finally:
@@ -222,3 +229,15 @@ def rename(src: str | os.PathLike, dst: str | os.PathLike, overwrite: bool = Fal
     if not overwrite and os.path.exists(dst):
         raise errors.AlreadyExistsError(dst)
     os.replace(src, dst)
+
+
+def __getattr__(name: str) -> Any:
+    # `gfile` is TensorFlow's tf.io.gfile when TensorFlow is installed, else None (as in Flax);
+    # looking it up lazily keeps `import flaxen.io` from importing TensorFlow.
+    if name == "gfile":
+        try:
+            from tensorflow.io import gfile
+        except ImportError:
+            return None
+        return gfile
+    raise AttributeError(f"module 'flaxen.io' has no attribute {name!r}")

@@ -94,3 +94,21 @@ def test_tf_mode_without_tensorflow_says_how_to_install(monkeypatch):
     with io.override_mode(io.BackendMode.TF):
         with pytest.raises(ImportError, match="needs TensorFlow.*pip install"):
             io.exists("/tmp")
+
+
+def test_flax_names_gfile_not_found_error_and_override_keyword(tmp_path):
+    import importlib.util
+
+    assert io.NotFoundError is FileNotFoundError
+    try:
+        io.GFile(str(tmp_path / "absent.txt"), "r")
+    except io.NotFoundError:
+        pass
+    else:
+        raise AssertionError("a missing file raises io.NotFoundError")
+    has_tf = importlib.util.find_spec("tensorflow") is not None
+    assert (io.gfile is not None) == has_tf
+    with io.override_mode(override=io.BackendMode.TF):
+        assert io.io_mode is io.BackendMode.TF
+    io.set_mode(override=io.BackendMode.DEFAULT)
+    assert io.io_mode is io.BackendMode.DEFAULT
