@@ -44,15 +44,15 @@ __all__ = [
     "unreplicate",
 ]
 
-_DEVICE_AXIS = "devices"
+_DEVICE_AXIS = "_device_put_sharded"  # Flax's default mesh-axis name for these helpers
 
 
 @functools.lru_cache(maxsize=64)
-def _leading_axis_sharding(devices: tuple) -> NamedSharding:
+def _leading_axis_sharding(devices: tuple, axis_name: str = _DEVICE_AXIS) -> NamedSharding:
     # A 1-D mesh over `devices` that splits an array's first axis, one row per device:
     # the layout jax.pmap expects of its inputs, so pmap can use such arrays in place.
-    return NamedSharding(Mesh(np.asarray(devices, dtype=object), (_DEVICE_AXIS,)),
-                         PartitionSpec(_DEVICE_AXIS))
+    return NamedSharding(Mesh(np.asarray(devices, dtype=object), (axis_name,)),
+                         PartitionSpec(axis_name))
 
 
 def _path_str(path: tuple) -> str:
@@ -63,12 +63,14 @@ def _to_host(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-def replicate(tree: Any, devices: Sequence[jax.Device] | None = None) -> Any:
+def replicate(tree: Any, devices: Sequence[jax.Device] | None = None,
+              axis_name: str = _DEVICE_AXIS) -> Any:
     """Copy every array of ``tree`` to each device, stacked along a new leading axis.
 
     ``devices`` defaults to ``jax.local_devices()`` (the order ``jax.pmap`` uses). Leaves
     may be numpy/JAX arrays, Python scalars or typed PRNG keys; dtypes follow JAX's
-    defaults (float64 becomes float32 unless x64 is enabled).
+    defaults (float64 becomes float32 unless x64 is enabled). The results are sharded over a
+    one-axis mesh of ``devices`` whose axis is called ``axis_name``.
 
     >>> import jax, numpy as np
     >>> two = jax.local_devices()[:2]
@@ -76,7 +78,7 @@ def replicate(tree: Any, devices: Sequence[jax.Device] | None = None) -> Any:
     (2, 3)
     """
     devices = tuple(jax.local_devices() if devices is None else devices)
-    sharding = _leading_axis_sharding(devices)
+    sharding = _leading_axis_sharding(devices, axis_name)
     count = len(devices)
 
     def stack(x: Any) -> Any:
@@ -113,13 +115,15 @@ def pmean(xs: Any, axis_name: Any) -> Any:
 
 
 def prefetch_to_device(iterator: Iterable[Any], size: int,
-                       devices: Sequence[jax.Device] | None = None) -> Iterator[Any]:
+                       devices: Sequence[jax.Device] | None = None,
+                       axis_name: str = _DEVICE_AXIS) -> Iterator[Any]:
     """Yield the items of ``iterator`` with their arrays already split across ``devices``.
 
     Each leaf's first axis must equal the number of devices; row ``i`` goes to device
     ``i`` (``jax.local_devices()`` order by default, as ``jax.pmap`` expects). Up to
     ``size`` items are transferred ahead, so host-to-device copies overlap the
-    computation on earlier items (2 is usually best on GPUs).
+    computation on earlier items (2 is usually best on GPUs). The arrays are sharded over a
+    one-axis mesh of ``devices`` whose axis is called ``axis_name``.
 
     >>> import jax, numpy as np
     >>> n = jax.local_device_count()
@@ -133,7 +137,7 @@ def prefetch_to_device(iterator: Iterable[Any], size: int,
             "Use size=2 on GPUs, or iterate the data directly to skip prefetching."
         )
     devices = tuple(jax.local_devices() if devices is None else devices)
-    sharding = _leading_axis_sharding(devices)
+    sharding = _leading_axis_sharding(devices, axis_name)
 
     def check(path: tuple, x: Any) -> Any:
         shape = np.shape(x)
@@ -332,7 +336,7 @@ def _scan_nested(fn: Callable[[Any, Any], Any], init: Any, xs: Any,
 
 
 def scan_in_dim(body_fn: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any,
-                axis: int | Sequence[int] = (0,), unroll: int | Sequence[int] = 1,
+                axis: int | Sequence[int] = (0,), unroll: int | Sequence[int] = (1,),
                 keepdims: bool = False) -> tuple[Any, Any]:
     """``lax.scan`` over ``axis`` of every leaf of ``xs`` (several axes: nested scans).
 
@@ -340,7 +344,8 @@ def scan_in_dim(body_fn: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: A
     listed axis is the outermost loop. The outputs ``y`` are stacked back at the same axes.
     With ``keepdims=True`` the scanned axes stay in ``x`` (and must stay in ``y``) with size 1,
     which suits code written for whole arrays (e.g. attention decoding one position at a
-    time). ``unroll`` is one value, or one per axis.
+    time). ``unroll`` is one value per axis, outermost first; a shorter tuple (or one int) is
+    padded with 1s on the left, so ``unroll=4`` with three axes unrolls the innermost loop 4 times.
 
     >>> import jax.numpy as jnp
     >>> xs = jnp.arange(6.0).reshape(2, 3)
@@ -352,12 +357,10 @@ def scan_in_dim(body_fn: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: A
     if not axes:
         raise ValueError("scan_in_dim needs at least one axis to scan over; got axis=().")
     n = len(axes)
-    unrolls = (unroll,) * n if isinstance(unroll, int) else tuple(unroll)
-    if len(unrolls) != n:
-        raise ValueError(
-            f"scan_in_dim got {len(unrolls)} unroll values for {n} axes {axes}; pass one "
-            "int, or one per axis."
-        )
+    unrolls = (unroll,) if isinstance(unroll, int) else tuple(unroll)
+    # As in Flax: a short `unroll` is padded with 1s on the left, so a single value unrolls the
+    # innermost loop only; values past the number of axes are not used.
+    unrolls = ((1,) * (n - len(unrolls)) + unrolls)[:n]
     lead = tuple(range(n))
 
     def norm(ndim: int) -> tuple[int, ...]:

@@ -290,5 +290,37 @@ def test_scan_in_dim_bad_arguments():
     scan_in_dim = jax_utils.scan_in_dim
     with pytest.raises(ValueError, match="distinct axes"):
         scan_in_dim(lambda c, x: (c, x), 0, jnp.ones((2, 3)), axis=(0, 0))
-    with pytest.raises(ValueError, match="one per axis"):
-        scan_in_dim(lambda c, x: (c, x), 0, jnp.ones((2, 3)), axis=(0, 1), unroll=(1,))
+
+
+
+def test_scan_in_dim_pads_short_unroll_on_the_left_like_flax(monkeypatch):
+    seen = []
+    real_scan = jax.lax.scan
+
+    def spy(f, init, xs, **kw):
+        seen.append(kw.get("unroll"))
+        return real_scan(f, init, xs, **kw)
+
+    monkeypatch.setattr(jax.lax, "scan", spy)
+    xs = jnp.arange(24.0).reshape(2, 3, 4)
+    add = lambda c, x: (c + x.sum(), x)  # noqa: E731
+    for unroll, expected in [((1,), [1, 1]), (3, [1, 3]), ((2, 3, 4), [2, 3]), ((1, 1), [1, 1])]:
+        seen.clear()
+        total, ys = jax_utils.scan_in_dim(add, 0.0, xs, axis=(0, 2), unroll=unroll)
+        assert seen == expected, (unroll, seen)
+        assert float(total) == float(xs.sum())
+        np.testing.assert_array_equal(ys, xs)
+    seen.clear()
+    jax_utils.scan_in_dim(add, 0.0, xs)  # default unroll=(1,) on one axis
+    assert seen == [1]
+
+
+def test_replicate_and_prefetch_name_the_mesh_axis():
+    n = jax.local_device_count()
+    r = jax_utils.replicate({"w": np.ones(2)})
+    assert r["w"].sharding.spec == jax.sharding.PartitionSpec("_device_put_sharded")
+    r = jax_utils.replicate(np.ones(2), axis_name="batch")
+    assert r.sharding.mesh.axis_names == ("batch",) and r.shape == (n, 2)
+    it = jax_utils.prefetch_to_device(iter([np.ones((n, 3))]), 1, axis_name="data")
+    (b,) = list(it)
+    assert b.sharding.spec == jax.sharding.PartitionSpec("data")
