@@ -24,15 +24,17 @@ import copy
 import dataclasses
 import enum
 import operator
-from collections.abc import Callable, Generator, Iterator
-from typing import Any, Generic, NamedTuple, TypeVar
+from collections.abc import Callable, Generator, Iterator, Mapping  # noqa: F401 - Flax's names
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from flaxen import errors
 from flaxen.core.frozen_dict import FrozenDict
+from flaxen.errors import CursorFindError, TraverseTreeError  # noqa: F401 - Flax's names
 
-__all__ = ["AccessType", "Cursor", "ParentKey", "cursor"]
+__all__ = ["AccessType", "Cursor", "Indexable", "Key", "ParentKey", "cursor", "is_named_tuple"]
 
 A = TypeVar("A")
+Key = Any  # a dict key, sequence index or attribute name
 _STATE = ("_obj", "_parent_key", "_changes")
 
 
@@ -43,16 +45,42 @@ class AccessType(enum.Enum):
     ATTR = enum.auto()
 
 
-class ParentKey(NamedTuple):
+@runtime_checkable
+class Indexable(Protocol):
+    """Anything with ``__getitem__``; ``isinstance`` checks it (the protocol is runtime-checkable).
+
+    >>> isinstance([1], Indexable), isinstance(1, Indexable)
+    (True, False)
+    """
+
+    def __getitem__(self, key: Any) -> Any: ...
+
+
+@dataclasses.dataclass
+class ParentKey(Generic[A]):
     """Where a cursor sits: its parent cursor, the key, and how the key is applied."""
 
-    parent: Cursor
-    key: Any
+    parent: Cursor[A]
+    key: Key
     access_type: AccessType
 
 
-def _is_namedtuple(obj: Any) -> bool:
-    return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
+def is_named_tuple(obj: Any) -> bool:
+    """Whether ``obj`` is an instance of a ``namedtuple``/``typing.NamedTuple`` class.
+
+    >>> import collections
+    >>> is_named_tuple(collections.namedtuple("P", "x y")(1, 2)), is_named_tuple((1, 2))
+    (True, False)
+    """
+    return (
+        isinstance(obj, tuple)
+        and hasattr(obj, "_fields")
+        and hasattr(obj, "_asdict")
+        and hasattr(obj, "_replace")
+    )
+
+
+_is_namedtuple = is_named_tuple
 
 
 def _children(obj: Any) -> Iterator[tuple[Any, AccessType, Any]]:
@@ -183,7 +211,8 @@ class Cursor(Generic[A]):
         parts = []
         node = self
         while node._parent_key is not None:
-            parent, key, access = node._parent_key
+            pk = node._parent_key
+            parent, key, access = pk.parent, pk.key, pk.access_type
             parts.append(f".{key}" if access is AccessType.ATTR else f"[{key!r}]")
             node = parent
         return "".join(reversed(parts))
@@ -249,7 +278,8 @@ class Cursor(Generic[A]):
         """
         if self._parent_key is None:
             return value
-        parent, key, access = self._parent_key
+        pk = self._parent_key
+        parent, key, access = pk.parent, pk.key, pk.access_type
         parent._changes[key] = Cursor(value, ParentKey(parent, key, access))
         return self._root.build()
 

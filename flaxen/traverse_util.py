@@ -28,7 +28,8 @@ from typing import Any
 
 import jax
 
-from flaxen import serialization
+from flaxen import serialization, struct  # noqa: F401 - flax.traverse_util.struct is public
+from flaxen.typing import PathParts, VariableDict  # noqa: F401 - importable from here in Flax
 
 __all__ = [
     "ModelParamTraversal",

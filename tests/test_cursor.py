@@ -168,3 +168,30 @@ def test_build_of_unsupported_object_says_what_is_supported():
     c["s"].x = 2
     with pytest.raises(NotImplementedError, match="cannot rebuild.*Slots.*supported are"):
         c.build()
+
+
+def test_flax_cursor_names_parent_key_dataclass_and_helpers():
+    import collections
+    import dataclasses
+
+    from flaxen import cursor as cursor_mod
+
+    c = cursor_mod.cursor({"a": [1, 2]})
+    child = c["a"][0]
+    pk = child._parent_key
+    assert isinstance(pk, cursor_mod.ParentKey) and dataclasses.is_dataclass(pk)
+    assert pk.key == 0 and pk.access_type is cursor_mod.AccessType.ITEM
+    assert dataclasses.replace(pk, key=1).key == 1
+    assert cursor_mod.ParentKey[int] is not None  # generic, as in Flax
+    try:
+        hash(pk)
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("ParentKey is an unhashable (eq) dataclass, as in Flax")
+    child.set(9)
+    assert c.build() == {"a": [9, 2]}
+    assert isinstance({}, cursor_mod.Indexable) and not isinstance(3, cursor_mod.Indexable)
+    P = collections.namedtuple("P", "x")
+    assert cursor_mod.is_named_tuple(P(1)) and not cursor_mod.is_named_tuple((1,))
+    assert cursor_mod.CursorFindError.__name__ == "CursorFindError"

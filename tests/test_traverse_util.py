@@ -306,3 +306,11 @@ def test_slice_items_update_each_selected_item():
     assert tu.t_identity[1:3].update(lambda x: x + x, (1, 2, 3, 4)) == (1, 4, 6, 4)
     assert tu.t_identity[::2].update(lambda x: -x, [1, 2, 3, 4]) == [-1, 2, -3, 4]
     assert list(tu.t_identity[1:3].iterate((1, 2, 3, 4))) == [2, 3]
+
+
+def test_names_flax_code_imports_from_traverse_util():
+    from flaxen import struct as struct_mod
+    from flaxen import traverse_util as tu
+    from flaxen.traverse_util import PathParts, VariableDict, struct  # noqa: F401
+
+    assert struct is struct_mod and tu.struct.PyTreeNode is struct_mod.PyTreeNode
