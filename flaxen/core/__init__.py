@@ -8,9 +8,7 @@
 (2,)
 """
 
-from typing import Any as Array  # Flax's alias for "a JAX array" in annotations
-
-from flaxen.core import lift, meta, nn
+from flaxen.core import lift, meta, nn, partial_eval, spmd, tracers, variables
 from flaxen.core.lift import (
     custom_vjp,
     jit,
@@ -22,6 +20,8 @@ from flaxen.core.lift import (
     vmap,
     while_loop,
 )
+from flaxen.typing import Array
+from flaxen.core.tracers import check_trace_level, current_trace
 from flaxen.core.frozen_dict import FrozenDict, copy, freeze, pop, pretty_repr, unfreeze
 from flaxen.core.axes_scan import broadcast
 from flaxen.core.meta import (
@@ -49,7 +49,8 @@ from flaxen.core.scope import (
 
 __all__ = [
     "Array", "custom_vjp", "jit", "jvp", "remat", "remat_scan", "scan", "vjp", "vmap",
-    "while_loop",
+    "while_loop", "check_trace_level", "current_trace", "partial_eval", "spmd", "tracers",
+    "variables",
     "AxisMetadata", "broadcast", "CollectionFilter", "DenyList", "FrozenDict", "Partitioned",
     "Scope", "Variable", "add_axis", "apply", "bind", "copy", "freeze", "get_partition_spec",
     "get_sharding", "init", "lazy_init", "lift", "nn", "map_axis_meta", "meta", "pop",

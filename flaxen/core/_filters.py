@@ -34,6 +34,22 @@ class DenyList:
 
     deny: Any
 
+    # Flax sorts filters mixed with collection names (e.g. keys of a mutable spec): names
+    # come first, DenyLists after them, DenyLists among themselves by their text.
+    def __lt__(self, other: Any) -> bool:
+        if isinstance(other, str):
+            return False
+        if isinstance(other, DenyList):
+            return str(self.deny) < str(other.deny)
+        return NotImplemented
+
+    def __gt__(self, other: Any) -> bool:
+        if isinstance(other, str):
+            return True
+        if isinstance(other, DenyList):
+            return str(self.deny) > str(other.deny)
+        return NotImplemented
+
 
 CollectionFilter = bool | str | Collection[str] | DenyList
 PRNGSequenceFilter = CollectionFilter
@@ -81,21 +97,21 @@ def check_filter(filter_like: Any) -> None:
     raise errors.InvalidFilterError(filter_like)
 
 
-def filter_to_set(filter_like: CollectionFilter) -> set[str]:
+def filter_to_set(x: CollectionFilter) -> set[str]:
     """The finite set of names a filter matches; ``True`` and ``DenyList`` are infinite."""
-    if filter_like is False:
+    if x is False:
         return set()
-    if isinstance(filter_like, str):
-        return {filter_like}
-    if filter_like is True or isinstance(filter_like, DenyList):
+    if isinstance(x, str):
+        return {x}
+    if x is True or isinstance(x, DenyList):
         raise ValueError(
-            f"Filter {filter_like!r} matches infinitely many names and has no set form; "
+            f"Filter {x!r} matches infinitely many names and has no set form; "
             "use in_filter(filter, name) to test membership instead."
         )
-    if isinstance(filter_like, Collection) and not isinstance(filter_like, Mapping):
-        _check_names(filter_like)
-        return set(filter_like)
-    raise errors.InvalidFilterError(filter_like)
+    if isinstance(x, Collection) and not isinstance(x, Mapping):
+        _check_names(x)
+        return set(x)
+    raise errors.InvalidFilterError(x)
 
 
 def is_filter_empty(filter_like: CollectionFilter) -> bool:

@@ -18,6 +18,9 @@ Keys drawn inside a transform are the ones Flax draws: streams enter as the oute
 (4, 2, 3)
 """
 
+from typing import TypeVar
+
+from flaxen.core import axes_scan, meta  # noqa: F401  (Flax exposes both here)
 from flaxen.core._filters import (
     CollectionFilter,
     DenyList,
@@ -29,6 +32,7 @@ from flaxen.core._filters import (
     subtract_filters,
     union_filters,
 )
+from flaxen.core._lift_context import A, CountsHolder, TransformContext, id_fn, set_from_dict
 from flaxen.core._lift_maps import scan, vmap
 from flaxen.core._lift_misc import (
     checkpoint,
@@ -54,7 +58,11 @@ from flaxen.core._rng import LazyRng
 from flaxen.core.axes_scan import broadcast
 from flaxen.core.scope import Scope
 
+C = TypeVar("C")  # the carry of while_loop
+
 __all__ = [
+    "A", "C", "CountsHolder", "TransformContext", "axes_scan", "id_fn", "meta",
+    "set_from_dict",
     "CollectionFilter", "DenyList", "In", "LazyRng", "Out", "PRNGSequenceFilter", "Scope",
     "broadcast", "checkpoint", "cond", "custom_vjp", "fold_rngs", "grad", "group_collections",
     "in_filter", "intersect_filters", "is_filter_empty", "jit", "jvp", "map_variables",

@@ -33,7 +33,7 @@ import jax
 
 from flaxen import errors, traceback_util
 from flaxen.configurations import config
-from flaxen.core import meta
+from flaxen.core import meta, partial_eval, tracers  # noqa: F401  (Flax exposes both here)
 from flaxen.core._filters import (
     CollectionFilter,
     DenyList,
@@ -74,11 +74,22 @@ __all__ = [
 T = TypeVar("T")
 Array = Any
 VariableDict = Mapping[str, Mapping[str, Any]]
-FrozenVariableDict = FrozenDict
+FrozenVariableDict = FrozenDict[str, Any]
 MutableVariableDict = dict
 RNGSequences = dict
 _fold_in_static = fold_in_static
 _is_valid_rng = is_valid_rng
+
+
+class _ChildRNGSentinel:
+    """Type of :data:`child_rng_token`."""
+
+    def __repr__(self) -> str:
+        return "child_rng_token"
+
+
+# Marks an RNG fold-in that belongs to a child scope rather than to a make_rng call.
+child_rng_token = _ChildRNGSentinel()
 
 
 class _DefaultSentinel:
@@ -168,7 +179,8 @@ class Variable(Generic[T]):
     Array(1., dtype=float32)
     """
 
-    __slots__ = ("scope", "collection", "name", "unbox")
+    # __dict__ keeps instances open to new attributes, as Flax's are (users tag Variables)
+    __slots__ = ("scope", "collection", "name", "unbox", "__dict__")
 
     def __init__(self, scope: Scope, collection: str, name: str, unbox: bool = True) -> None:
         self.scope = scope
@@ -250,6 +262,20 @@ class Scope:
         self._name_hints: dict[str, int] = {}
 
     # -- identity --------------------------------------------------------------------
+
+    # Two Scope objects that share the variable store, the path and the RNG counters draw
+    # the same keys and touch the same variables, so they are interchangeable (Flax's rule).
+    def __eq__(self, other: Any) -> bool:
+        if not isinstance(other, Scope):
+            return False
+        return self is other or (
+            self._store is other._store
+            and self.path == other.path
+            and self.rng_counters is other.rng_counters
+        )
+
+    def __hash__(self) -> int:
+        return hash((id(self._store), self.path, id(self.rng_counters)))
 
     @property
     def root(self) -> Scope:

@@ -12,10 +12,8 @@ P('data', None, 'model')
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -23,6 +21,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from flaxen import struct
 from flaxen.core import meta
+from flaxen.core import spmd as _core_spmd
+from flaxen.core.spmd import _check_rules, logical_axis_rules, set_logical_axis_rules
 
 LogicalNames = tuple[str | None, ...]
 LogicalRules = Sequence[tuple[str, str | tuple[str, ...] | None]]
@@ -30,55 +30,22 @@ LogicalPartitionSpec = Any  # a PartitionSpec (or tuple) of logical names
 LogicalPartitionSpecPytree = Any
 
 
-class _State(threading.local):
-    def __init__(self):
-        self.global_rules: tuple = ()
-        self.stack: list[tuple] = []
-
-
-_state = _State()
-
-
 def _freeze_rules(rules: LogicalRules | None) -> tuple:
     if rules is None:
         return ()
-    out = []
-    for i, rule in enumerate(rules):
-        if not (isinstance(rule, (tuple, list)) and len(rule) == 2 and isinstance(rule[0], str)):
-            raise TypeError(
-                f"Logical axis rule #{i} is {rule!r}; each rule must be a pair "
-                "(logical_name: str, mesh_axes: str | tuple[str, ...] | None), "
-                "e.g. ('batch', 'data')."
-            )
-        mesh_axes = tuple(rule[1]) if isinstance(rule[1], list) else rule[1]
-        out.append((rule[0], mesh_axes))
-    return tuple(out)
-
-
-def set_logical_axis_rules(rules: LogicalRules) -> None:
-    """Sets the global logical-to-mesh axis rules (used where no context sets others)."""
-    _state.global_rules = _freeze_rules(rules)
+    _check_rules(rules)
+    return tuple((name, tuple(axes) if isinstance(axes, list) else axes) for name, axes in rules)
 
 
 def get_logical_axis_rules() -> tuple:
-    """Returns the rules in force: the innermost ``logical_axis_rules`` context, else the global."""
-    return _state.stack[-1] if _state.stack else _state.global_rules
-
-
-@contextlib.contextmanager
-def logical_axis_rules(rules: LogicalRules) -> Iterator[None]:
-    """Context manager binding logical axis names to mesh axes inside its block.
+    """Returns the rules in force (shared with ``flaxen.core.spmd`` and NNX), as a tuple.
 
     >>> import flaxen.linen as nn
     >>> with nn.logical_axis_rules([('batch', 'data')]):
-    ...     nn.logical_to_mesh_axes(('batch', None))
-    P('data', None)
+    ...     nn.get_logical_axis_rules()
+    (('batch', 'data'),)
     """
-    _state.stack.append(_freeze_rules(rules))
-    try:
-        yield
-    finally:
-        _state.stack.pop()
+    return _freeze_rules(_core_spmd.get_logical_axis_rules())
 
 
 class _Unassigned:
@@ -91,23 +58,30 @@ class _Unassigned:
 _UNASSIGNED = _Unassigned()
 
 
-def _mesh_axes_of(mesh_axes: str | tuple[str, ...] | None) -> tuple[str, ...]:
-    if mesh_axes is None:
+_UNCONSTRAINED = PartitionSpec.UNCONSTRAINED
+
+
+def _mesh_axes_of(mesh_axes: Any) -> tuple[str, ...]:
+    # UNCONSTRAINED lets XLA choose, so it claims no mesh axis and may repeat.
+    if mesh_axes is None or mesh_axes is _UNCONSTRAINED:
         return ()
-    return (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes)
+    if isinstance(mesh_axes, str):
+        return (mesh_axes,)
+    return tuple(a for a in mesh_axes if a is not None and a is not _UNCONSTRAINED)
 
 
 def _assign(array_dim_names: Sequence[str | None], rules: tuple) -> list[Any]:
     names = list(array_dim_names)
-    seen = [n for n in names if n is not None]
+    seen = [n for n in names if isinstance(n, str)]
     dupes = sorted({n for n in seen if seen.count(n) > 1})
     if dupes:
         raise ValueError(
             f"Unsupported: Dimensions {tuple(dupes)} occur more than once in array names "
             f"{tuple(names)}; give each dimension of one array its own logical name."
         )
-    result: list[Any] = [None if n is None else _UNASSIGNED for n in names]
-    position = {n: i for i, n in enumerate(names) if n is not None}
+    # only string names are looked up; None and PartitionSpec.UNCONSTRAINED pass through
+    result: list[Any] = [_UNASSIGNED if isinstance(n, str) else n for n in names]
+    position = {n: i for i, n in enumerate(names) if isinstance(n, str)}
     used: set[str] = set()
     for logical, mesh_axes in rules:
         i = position.get(logical)
@@ -143,7 +117,8 @@ def logical_to_mesh_axes(
 
 def _is_logical_spec(x: Any) -> bool:
     return x is None or (
-        isinstance(x, (tuple, PartitionSpec)) and all(isinstance(e, str) or e is None for e in x)
+        isinstance(x, (tuple, PartitionSpec))
+        and all(isinstance(e, str) or e is None or e is _UNCONSTRAINED for e in x)
     )
 
 
