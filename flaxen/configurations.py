@@ -22,9 +22,11 @@ hot paths. Boolean environment values accept (any case) ``y yes t true on 1`` an
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 from collections.abc import Iterator
-from typing import Any, Generic, TypeVar
+from contextlib import contextmanager  # noqa: F401 - importable from here in Flax
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload  # noqa: F401
 
 __all__ = [
     "Config",
@@ -96,23 +98,26 @@ def static_int_env(varname: str, default: int | None) -> int | None:
 class FlagHolder(Generic[_T]):
     """A handle on one flag; ``holder.value`` reads the current value.
 
+    Constructed as in Flax, ``FlagHolder(name, help)``: the value is read from the module's
+    ``config``. ``config=`` ties the holder to another :class:`Config` (for private flag sets).
     Deliberately not usable as a bool: ``if holder:`` would always be true, so it raises.
 
     >>> from flaxen import configurations
-    >>> configurations.flax_return_frozendict.name
-    'flax_return_frozendict'
+    >>> h = configurations.flax_return_frozendict
+    >>> h.name, h.__name__, h.value
+    ('flax_return_frozendict', 'return_frozendict', False)
     """
 
-    __slots__ = ("_config", "name", "help")
-
-    def __init__(self, config: Config, name: str, help: str) -> None:
+    def __init__(self, name: str, help: str, config: Config | None = None) -> None:
         self._config = config
         self.name = name
         self.help = help
+        self.__name__ = name[len("flax_"):] if name.startswith("flax_") else name
+        self.__doc__ = f"Flag holder for `{name}`.\n\n{help}"
 
     @property
     def value(self) -> _T:
-        return self._config._read(self.name)
+        return (config if self._config is None else self._config)._read(self.name)
 
     def __bool__(self):
         raise TypeError(
@@ -124,8 +129,44 @@ class FlagHolder(Generic[_T]):
         return f"FlagHolder({self.name}={self.value!r})"
 
 
+class _Fast:
+    """Plain attributes mirroring the flag values, read by each flag's property in C."""
+
+
+class _DictView:
+    """Attribute reads served from a dict: stands in for :class:`_Fast` while ``_values`` is
+    swapped for a foreign dict."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self, d: dict) -> None:
+        self._d = d
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._d[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _flag_property(name: str, help: str) -> property:
+    # Flax makes each flag a read-only property of Config. The getter is a C-level attrgetter
+    # on the mirror object, so a flag read stays cheap enough for hot paths; the setter and
+    # deleter only exist to point at config.update in their error.
+    def refuse_set(self: Config, value: Any) -> None:
+        raise AttributeError(
+            f"Set config options with flaxen.config.update({name!r}, {value!r}), "
+            "not by assignment."
+        )
+
+    def refuse_del(self: Config) -> None:
+        raise AttributeError(f"Config option {name!r} cannot be deleted.")
+
+    return property(operator.attrgetter(f"_fast.{name}"), refuse_set, refuse_del, help)
+
+
 class _Values(dict):
-    """The flag values; every write is mirrored into the owning Config's instance attributes."""
+    """The flag values; every write is mirrored into the owning Config's fast attributes."""
 
     __slots__ = ("_owner",)
 
@@ -136,11 +177,30 @@ class _Values(dict):
     def __setitem__(self, name: str, value: Any) -> None:
         super().__setitem__(name, value)
         if self._owner._values is self:
-            object.__setattr__(self._owner, name, value)
+            setattr(self._owner._fast, name, value)
 
     def __delitem__(self, name: str) -> None:
         super().__delitem__(name)
-        self._owner.__dict__.pop(name, None)
+        self._owner._fast.__dict__.pop(name, None)
+
+
+def _get_values(self: Config) -> dict[str, Any]:
+    return self.__dict__["_values"]
+
+
+def _set_values(self: Config, values: Any) -> None:
+    # `mock.patch.object(config, '_values', {})` swaps the store: flags then read that dict
+    if not isinstance(values, dict):
+        raise TypeError(
+            f"config._values must be a dict of option values, got {type(values).__name__}."
+        )
+    self.__dict__["_values"] = values
+    if isinstance(values, _Values) and values._owner is self:
+        fast = _Fast()
+        fast.__dict__.update(values)
+        self.__dict__["_fast"] = fast
+    else:
+        self.__dict__["_fast"] = _DictView(values)
 
 
 class Config:
@@ -149,21 +209,23 @@ class Config:
     Set them with :meth:`update` (or temporarily with :meth:`temp_flip_flag`), never by
     assignment, so that typos and wrong types are caught.
 
-    The values live in the mapping ``config._values`` (as in Flax), and are mirrored into
-    instance attributes so that reading a flag on a hot path is a plain attribute read. Code
-    that swaps ``_values`` for another dict (``mock.patch.object(config, '_values', {})``)
-    gets a config backed by that dict until the original is put back.
+    Each flag is a read-only property of the class, as in Flax. The values live in the
+    mapping ``config._values`` (as in Flax) and are mirrored into a plain object the properties
+    read, so a flag read on a hot path costs one C-level attribute lookup. Code that swaps
+    ``_values`` for another dict (``mock.patch.object(config, '_values', {})``) gets a config
+    backed by that dict until the original is put back. Other attributes may be set freely.
     """
 
-    _values: dict[str, Any]
+    _values = property(_get_values, _set_values)
+    _fast: Any
     # Metadata needed only when defining/updating flags.
     _kinds: dict[str, type]
     _helps: dict[str, str]
 
     def __init__(self) -> None:
-        object.__setattr__(self, "_kinds", {})
-        object.__setattr__(self, "_helps", {})
-        object.__setattr__(self, "_values", _Values(self))
+        self._kinds = {}
+        self._helps = {}
+        self._values = _Values(self)
 
     def _define(self, name: str, kind: type, value: Any, help: str) -> FlagHolder:
         if name in self._values:
@@ -174,7 +236,9 @@ class Config:
         self._kinds[name] = kind
         self._helps[name] = help
         self._values[name] = value
-        return FlagHolder(self, name, help)
+        if not isinstance(Config.__dict__.get(name), property):
+            setattr(Config, name, _flag_property(name, help))
+        return FlagHolder(name, help, self)
 
     def _read(self, name: str) -> Any:
         try:
@@ -242,8 +306,8 @@ class Config:
             self._values[name] = old
 
     def __getattr__(self, name: str) -> Any:
-        # Reached when normal lookup fails: a flag while `_values` is swapped for a plain
-        # dict, or an unknown flag.
+        # Reached when normal lookup fails: an option put into `_values` directly (it has no
+        # property), a flag missing from a swapped-in dict, or an unknown name.
         if name.startswith("_"):
             raise AttributeError(name)
         values = self.__dict__.get("_values", {})
@@ -252,31 +316,6 @@ class Config:
         raise AttributeError(
             f"flaxen.config has no option {name!r}. Known options: {self._known()}."
         )
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "_values":
-            self._swap_values(value)
-            return
-        raise AttributeError(
-            f"Set config options with flaxen.config.update({name!r}, {value!r}), "
-            "not by assignment."
-        )
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"Config option {name!r} cannot be deleted.")
-
-    def _swap_values(self, values: Any) -> None:
-        if not isinstance(values, dict):
-            raise TypeError(
-                f"config._values must be a dict of option values, got {type(values).__name__}."
-            )
-        state = self.__dict__
-        for name in [n for n in state if not n.startswith("_")]:
-            del state[name]
-        object.__setattr__(self, "_values", values)
-        if isinstance(values, _Values) and values._owner is self:
-            # Back on the mirrored store: restore the fast attribute reads.
-            state.update(values)
 
     def __repr__(self) -> str:
         items = ", ".join(f"{n}={v!r}" for n, v in sorted(self._values.items()))
@@ -305,11 +344,13 @@ def bool_flag(name: str, *, default: bool, help: str) -> FlagHolder[bool]:
     >>> config.flax_my_feature  # doctest: +SKIP
     False
     """
+    name = name.lower()
     return config._define(name, bool, static_bool_env(name.upper(), default), help)
 
 
 def int_flag(name: str, *, default: int | None, help: str) -> FlagHolder[int]:
     """Define an integer (or None) flag ``name``; env ``NAME.upper()`` overrides it."""
+    name = name.lower()
     return config._define(name, int, static_int_env(name.upper(), default), help)
 
 
@@ -350,21 +391,35 @@ flax_fix_rng = bool_flag(
          "collisions such as ('ab', 'c') vs ('a', 'bc'). Changes all derived keys.")
 flax_use_flaxlib = bool_flag(
     "flax_use_flaxlib", default=False,
-    help="Accepted for compatibility; flaxen has no compiled extension and ignores it.")
+    help="Use Flax's C++ extension (flaxlib) to speed up NNX graph traversal. Accepted for "
+    "compatibility; no effect in flaxen, which has no compiled extension.")
+flax_array_ref = bool_flag(
+    "flax_array_ref", default=False,
+    help="Let NNX Variables hold mutable array references (jax.Ref). Accepted for "
+    "compatibility; no effect in flaxen, where a Variable holds a reference only when "
+    "created with ref=True.")
+flax_pytree_module = bool_flag(
+    "flax_pytree_module", default=True,
+    help="Make NNX Modules pytrees by default. Accepted for compatibility; no effect in flaxen, "
+    "where Modules are pytrees unless declared with `class M(nnx.Module, pytree=False)`.")
 flax_max_repr_depth = int_flag(
     "flax_max_repr_depth", default=None,
-    help="Maximum nesting depth shown by object reprs; None for no limit.")
+    help="Maximum nesting depth shown by NNX object reprs; None for no limit. Accepted for "
+    "compatibility; no effect in flaxen, whose reprs are not cut at a depth.")
 flax_always_shard_variable = bool_flag(
     "flax_always_shard_variable", default=True,
-    help="Apply a variable's sharding annotation when it is created, even outside jit.")
+    help="Shard an NNX Variable with sharding annotations as soon as it is created. Accepted "
+    "for compatibility; no effect in flaxen, which always does so (the default, True) unless "
+    "nnx.use_eager_sharding(False) is active.")
 flax_hijax_variable = bool_flag(
     "flax_hijax_variable", default=False,
-    help="Accepted for compatibility with Flax 0.12; flaxen ignores it.")
+    help="Make new NNX Variables HiJAX Variables by default. Accepted for compatibility; no "
+    "effect in flaxen, where a Variable is HiJAX only when created with hijax=True.")
 nnx_graph_mode = bool_flag(
     "nnx_graph_mode", default=True,
     help="Default of NNX's graph= switch: True walks Modules as graphs (shared references "
-    "kept), False as plain pytrees.")
+    "kept), False as plain pytrees (tree mode).")
 nnx_graph_updates = bool_flag(
     "nnx_graph_updates", default=True,
-    help="Default of NNX transforms' graph_updates= switch (structural changes made inside "
-    "propagate out).")
+    help="Default of NNX transforms' graph_updates= switch in graph mode: True propagates "
+    "structural changes made inside a transform out of it, False does not.")

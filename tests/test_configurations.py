@@ -174,3 +174,72 @@ def test_bad_environment_value_names_the_variable():
     done = _import_config_with_env(FLAX_RETURN_FROZENDICT="sometimes")
     assert done.returncode != 0
     assert "ValueError" in done.stderr and "FLAX_RETURN_FROZENDICT" in done.stderr
+
+
+FLAX_0_12_8_FLAGS = {
+    "flax_filter_frames": True,
+    "flax_profile": True,
+    "flax_use_orbax_checkpointing": True,
+    "flax_preserve_adopted_names": False,
+    "flax_return_frozendict": False,
+    "flax_fix_rng_separator": False,
+    "flax_use_flaxlib": False,
+    "flax_array_ref": False,
+    "flax_pytree_module": True,
+    "flax_max_repr_depth": None,
+    "flax_always_shard_variable": True,
+    "flax_hijax_variable": False,
+    "nnx_graph_mode": True,
+    "nnx_graph_updates": True,
+}
+
+
+def test_every_flax_0_12_8_flag_with_its_default_holder_and_class_attribute():
+    for name, default in FLAX_0_12_8_FLAGS.items():
+        assert getattr(config, name) == default, name
+        assert name in Config.__dict__, f"{name} is a class-level attribute as in Flax"
+        assert Config.__dict__[name].__doc__
+    for holder_name in ("flax_array_ref", "flax_pytree_module", "flax_hijax_variable"):
+        holder = getattr(configurations, holder_name)
+        assert isinstance(holder, configurations.FlagHolder)
+        assert "no effect in flaxen" in holder.help
+
+
+@pytest.mark.parametrize("name", ["flax_array_ref", "flax_pytree_module", "flax_use_flaxlib"])
+def test_new_flags_update_and_environment(name):
+    before = getattr(config, name)
+    with config.temp_flip_flag(name[len("flax_"):], not before):
+        assert getattr(config, name) is (not before)
+    assert getattr(config, name) is before
+    env = {**os.environ, name.upper(): "1" if not before else "0", "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run(
+        [sys.executable, "-c", f"from flaxen import config; print(config.{name})"],
+        env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(not before)
+
+
+def test_flag_holder_has_flax_signature_and_accepts_attributes():
+    holder = configurations.FlagHolder("flax_profile", "profiles")
+    assert holder.value is config.flax_profile  # reads the module's config
+    assert holder.__name__ == "profile" and "profiles" in holder.__doc__
+    holder.extra = 1  # settable, as in Flax
+    assert holder.extra == 1
+    assert configurations.FlagHolder("nnx_graph_mode", "h").__name__ == "nnx_graph_mode"
+
+
+def test_config_accepts_plain_attributes_but_not_flag_assignment():
+    cfg = Config()
+    cfg.my_note = "x"  # Flax's Config is an ordinary object for non-flag attributes
+    assert cfg.my_note == "x"
+    del cfg.my_note
+    with pytest.raises(AttributeError, match="update"):
+        config.flax_array_ref = True
+    with pytest.raises(AttributeError):
+        del config.flax_array_ref
+    assert config.flax_array_ref is False
+
+
+def test_flag_names_are_lowercased_like_flax(fresh_config, monkeypatch):
+    monkeypatch.setenv("FLAX_MIXED_CASE", "true")
+    holder = configurations.bool_flag("FLAX_Mixed_Case", default=False, help="h")
+    assert holder.name == "flax_mixed_case" and fresh_config.flax_mixed_case is True

@@ -28,7 +28,7 @@ def test_swapping_values_gives_a_private_flag_set_and_restores_the_real_one():
         assert config.compat_test is False
     # Back on the real store: the private flag is gone, the real ones read fast again.
     assert "compat_test" not in config._values and not hasattr(config, "compat_test")
-    assert config.__dict__["flax_profile"] is profile
+    assert config._fast.flax_profile is profile
     with config.temp_flip_flag("profile", not profile):
         assert config.flax_profile is (not profile) and config._values["flax_profile"] is (
             not profile)
