@@ -66,8 +66,9 @@ def dataclass(clz: None = None, **kwargs: Any) -> Callable[[_T], _T]: ...
 def dataclass(clz: _T | None = None, **kwargs: Any) -> _T | Callable[[_T], _T]:
     """Turns ``clz`` into a frozen dataclass registered as a JAX pytree with keys.
 
-    Keyword arguments (``kw_only``, ``eq``, ``order``, ...) go to
-    ``dataclasses.dataclass``; the class is always frozen. Use it bare
+    Keyword arguments (``kw_only``, ``eq``, ``order``, ``frozen``, ...) go to
+    ``dataclasses.dataclass``; ``frozen`` defaults to True (``frozen=False`` gives a
+    mutable class that is still a pytree). Use it bare
     (``@dataclass``) or with arguments (``@dataclass(kw_only=True)``). Applying it
     to a class that already is a struct dataclass returns the class unchanged.
 
@@ -87,7 +88,7 @@ def dataclass(clz: _T | None = None, **kwargs: Any) -> _T | Callable[[_T], _T]:
     if "_flax_dataclass" in clz.__dict__:
         return clz
 
-    kwargs["frozen"] = True
+    kwargs.setdefault("frozen", True)
     target: Any = clz
     data_clz: Any = dataclasses.dataclass(**kwargs)(target)
 
@@ -155,6 +156,9 @@ class PyTreeNode:
     """
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
+        # the parents' hooks run first: Generic's sets __parameters__, so that
+        # `class C(PyTreeNode, Generic[T])` gives a subscriptable `C[int]`
+        super().__init_subclass__()
         dataclass(cls, **kwargs)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

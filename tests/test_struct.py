@@ -115,3 +115,74 @@ def test_serialization_drops_static_fields_and_names_paths():
         serialization.from_state_dict(m, {"w": 1, "b": 2, "z": 3})
     with pytest.raises(ValueError, match="expected a state dict"):
         serialization.from_state_dict(m, 5)
+
+
+def test_generic_pytree_node_is_subscriptable_and_still_a_struct():
+    from typing import Generic, TypeVar
+
+    import jax
+
+    from flaxen import struct as st
+
+    T = TypeVar("T")
+
+    class Box(st.PyTreeNode, Generic[T]):
+        value: T
+        label: str = st.field(pytree_node=False, default="box")
+
+    assert Box.__parameters__ == (T,)
+    b = Box[int](3)
+    assert isinstance(b, Box) and b.value == 3
+    assert jax.tree.leaves(Box(jax.numpy.ones(2))) and jax.tree.leaves(b) == [3]
+    assert b.replace(value=4).value == 4
+
+    class Sub(Box[float]):
+        extra: float = 0.0
+
+    assert Sub(1.0, extra=2.0).extra == 2.0 and jax.tree.leaves(Sub(1.0)) == [1.0, 0.0]
+
+
+def test_struct_options_frozen_and_kw_only():
+    import dataclasses
+
+    import jax
+
+    from flaxen import struct as st
+
+    @st.dataclass(frozen=False)
+    class Mutable:
+        a: int
+
+    m = Mutable(1)
+    m.a = 2  # frozen=False is honoured, as in Flax
+    assert jax.tree.leaves(m) == [2]
+
+    @st.dataclass
+    class Frozen:
+        a: int
+
+    try:
+        Frozen(1).a = 2
+    except dataclasses.FrozenInstanceError:
+        pass
+    else:
+        raise AssertionError("frozen by default")
+
+    class KW(st.PyTreeNode, kw_only=True):
+        a: int = 0
+        b: int
+
+    assert KW(b=1) == KW(a=0, b=1)
+    try:
+        KW(0, 1)
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("kw_only fields are keyword-only")
+
+    class Loose(st.PyTreeNode, frozen=False):
+        a: int
+
+    x = Loose(1)
+    x.a = 5
+    assert x.a == 5
