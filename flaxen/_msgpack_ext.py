@@ -142,9 +142,16 @@ def _as_numpy(x: Any) -> np.ndarray:
     try:
         arr = np.asarray(x)
     except TypeError as e:
+        dtype_name = str(getattr(x, "dtype", ""))
+        if dtype_name.startswith("key<"):
+            # JAX's own refusal says nothing the message below does not: one traceback.
+            raise TypeError(
+                f"Cannot store a typed PRNG key (dtype {dtype_name}): its bits have no numpy "
+                "form. Store jax.random.key_data(key) instead, and rebuild the key after "
+                "restoring with jax.random.wrap_key_data(data)."
+            ) from None
         raise TypeError(
-            f"{e} Store jax.random.key_data(key) instead of a typed PRNG key, or convert the "
-            "value to a numpy array first."
+            f"{e} Convert the value to a numpy array before storing it."
         ) from e
     dtype = arr.dtype
     if dtype not in _checked_dtypes:
@@ -356,6 +363,10 @@ def _write_tree(pytree: Any, chunk_size: int, sort_keys: bool) -> _Writer:
     except (TypeError, ValueError, OverflowError) as e:
         path = getattr(e, "_flaxen_path", None)
         where = "/" + "/".join(reversed(path)) if path else "/"
+        if type(e) in (TypeError, ValueError, OverflowError):
+            # The same error with the path in front: one traceback instead of a chain of two.
+            e.args = (f"At {where}: {e}",)
+            raise
         raise type(e)(f"At {where}: {e}") from e
     return writer
 

@@ -64,6 +64,7 @@ __all__ = [
     "NameInUseError",
     "PartitioningUnspecifiedError",
     "ReservedModuleAttributeError",
+    "RestoreMismatchError",
     "ScopeCollectionNotFound",
     "ScopeParamNotFoundError",
     "ScopeParamShapeError",
@@ -748,4 +749,36 @@ class TorchConversionError(FlaxError):
             "Check that the flaxen model has the same layers and sizes as the torch one, "
             "or pass rules={torch_key_or_module: target_path | None | fn} to map, drop or "
             "transform what the automatic matching gets wrong."
+        )
+
+
+class RestoreMismatchError(FlaxError, ValueError):
+    """A ``strict=True`` restore found saved data unlike the target; lists every difference.
+
+    ``mismatches`` holds ``(path, kind, expected, found)`` entries (see
+    :func:`flaxen._tree_compare.tree_mismatches`); ``source`` names the file, if any.
+
+    >>> err = RestoreMismatchError([('/w', 'shape', (2,), (3,))], 'ckpt/checkpoint_1')
+    >>> str(err).splitlines()[1]
+    '  /w: shape (2,) in the target, (3,) restored'
+    """
+
+    def __init__(self, mismatches: Any, source: str | None = None) -> None:
+        self.mismatches = list(mismatches)
+        self.source = source
+        lines = []
+        for path, kind, expected, found in self.mismatches:
+            if kind == "shape" or kind == "dtype":
+                lines.append(f"  {path}: {kind} {_fmt(expected)} in the target, "
+                             f"{_fmt(found)} restored")
+            else:
+                lines.append(f"  {path}: {_fmt(expected)} in the target, {_fmt(found)} restored")
+        origin = f' restored from "{source}"' if source else " restored"
+        n = len(self.mismatches)
+        super().__init__(
+            f"The data{origin} does not match the target at {n} path{'s' if n != 1 else ''}:\n"
+            + "\n".join(lines)
+            + "\nBuild the target like the saved model (same layer sizes, dtypes and "
+            "structure), or restore with strict=False (the default) to take the saved values "
+            "as they are."
         )

@@ -29,7 +29,7 @@ import jax
 import msgpack
 import numpy as np
 
-from flaxen import _msgpack_ext
+from flaxen import _msgpack_ext, _tree_compare
 
 # Arrays larger than this many bytes are split into chunks when packed, since one
 # msgpack object cannot exceed 4 GiB. Same value as Flax, so bytes match.
@@ -155,15 +155,32 @@ def to_state_dict(target: Any) -> dict[str, Any]:
     return handlers[0](target)
 
 
-def from_state_dict(target: Any, state: dict[str, Any], name: str = ".") -> Any:
+def from_state_dict(
+    target: Any, state: dict[str, Any], name: str = ".", *, strict: bool = False
+) -> Any:
     """Returns a copy of ``target`` with its data taken from the state dict ``state``.
 
     ``name`` is the key under which ``state`` sits in its parent; handlers use
     it so that errors name the full failing path (e.g. ``/params/Dense_0``).
 
+    As in Flax, the target gives the structure and ``state`` the values: an array of another
+    shape or dtype is taken as it is, and keys only ``state`` has are dropped. With
+    ``strict=True`` (a flaxen addition) every path whose structure, shape or dtype differs is
+    listed in one :class:`~flaxen.errors.RestoreMismatchError` instead.
+
     >>> from_state_dict({'a': 1, 'b': [0, 0]}, {'a': 2, 'b': {'0': 3, '1': 4}})
     {'a': 2, 'b': [3, 4]}
+    >>> import numpy as np
+    >>> try:
+    ...     from_state_dict({'w': np.zeros(2)}, {'w': np.zeros(3), 'v': 1}, strict=True)
+    ... except ValueError as e:
+    ...     for line in str(e).splitlines()[1:3]:
+    ...         print(line)
+      /v: nothing in the target, int restored
+      /w: shape (2,) in the target, (3,) restored
     """
+    if strict:
+        _tree_compare.check_restored(to_state_dict(target), state)
     handlers = _STATE_DICT_REGISTRY.get(_registry_key(target))
     if handlers is None:
         return state
@@ -326,15 +343,16 @@ def to_bytes(target: Any) -> bytes:
     return msgpack_serialize(to_state_dict(target), in_place=True)
 
 
-def from_bytes(target: Any, encoded_bytes: bytes) -> Any:
+def from_bytes(target: Any, encoded_bytes: bytes, *, strict: bool = False) -> Any:
     """Restores bytes from :func:`to_bytes` into an object shaped like ``target``.
 
-    Arrays come back as numpy arrays. Malformed bytes raise ``ValueError``.
+    Arrays come back as numpy arrays. Malformed bytes raise ``ValueError``. ``strict`` is
+    :func:`from_state_dict`'s.
 
     >>> from_bytes({'a': 0}, to_bytes({'a': 1}))
     {'a': 1}
     """
-    return from_state_dict(target, msgpack_restore(encoded_bytes))
+    return from_state_dict(target, msgpack_restore(encoded_bytes), strict=strict)
 
 
 # --- Flax's private helpers, kept for code written against them -------------------------

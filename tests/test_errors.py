@@ -58,6 +58,7 @@ CASES = {
     "SetAttributesNotFoundError": ("model", "no attribute 'deterministic'", "check the name"),
     "NNXInteropError": ("", "LinenWrapper: call init() first, it records the graph."),
     "InvalidNNXValueError": ("", "Cannot assign a Param as a value; assign its .value."),
+    "RestoreMismatchError": ([("/w", "shape", (2,), (3,))], "ckpt/checkpoint_1"),
     "TorchConversionError": ("torch key fc.weight maps nowhere",),
     "TraceContextError": ("cannot mutate across traces",),
     "TransformTargetError": ("dense_instance",),

@@ -155,6 +155,38 @@ def test_unsupported_values_raise_with_the_path():
         ser.msgpack_serialize({(1, 2): 3})
 
 
+def _chain_length(err: BaseException) -> int:
+    # The tracebacks a user sees: the error plus each shown cause or context.
+    n = 1
+    while True:
+        nxt = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
+        if nxt is None:
+            return n
+        n, err = n + 1, nxt
+
+
+def test_typed_prng_key_error_is_one_traceback_naming_the_path_and_fix(tmp_path):
+    from flaxen import config
+    from flaxen.training import checkpoints
+
+    with pytest.raises(TypeError) as info:
+        ser.to_bytes({"rngs": {"dropout": jax.random.key(0)}})
+    message = str(info.value)
+    assert message.startswith("At /rngs/dropout: Cannot store a typed PRNG key (dtype key<")
+    assert "jax.random.key_data(key)" in message and "wrap_key_data" in message
+    assert _chain_length(info.value) == 1
+    with config.temp_flip_flag("use_orbax_checkpointing", False):
+        with pytest.raises(TypeError, match="At /k: Cannot store a typed PRNG key") as info:
+            checkpoints.save_checkpoint(tmp_path, {"k": jax.random.key(1)}, step=0)
+    assert _chain_length(info.value) == 1
+
+
+def test_other_unsupported_values_keep_at_most_one_chained_traceback():
+    with pytest.raises(TypeError) as info:
+        ser.msgpack_serialize({"a": [1, object()]})
+    assert _chain_length(info.value) <= 2
+
+
 def test_non_native_byte_order_is_normalised():
     arr = np.arange(3, dtype=">f4")
     out = ser.msgpack_restore(ser.msgpack_serialize(arr))

@@ -34,7 +34,7 @@ from typing import Any
 
 import jax
 
-from flaxen import errors, io, serialization
+from flaxen import _tree_compare, errors, io, serialization
 from flaxen.training import _ckpt_io, _ckpt_paths
 from flaxen.training._ckpt_paths import (
     MODULE_NUM_RE,
@@ -202,6 +202,10 @@ def _save(
     orbax_checkpointer: Any,
     writer: bool,
 ) -> str:
+    # The caller gets the path in the form it gave (as Flax returns it: the spec's guide
+    # prints 'tmp/flax-checkpointing/checkpoint_0'); the work uses the absolute one, which
+    # Orbax requires and which a later chdir cannot redirect.
+    shown = checkpoint_path(safe_normpath(ckpt_dir), step, prefix)
     ckpt_dir = _ckpt_paths.absolute_path(ckpt_dir)
     if async_manager is not None:
         async_manager.wait_previous_save()
@@ -247,14 +251,14 @@ def _save(
             _wait_orbax(checkpointer)
         if writer:
             remove_stale(ckpt_path, ckpt_dir, prefix, keep, overwrite, keep_every_n_steps)
-        return ckpt_path
+        return shown
 
     if not overwrite:
         check_overwrite(ckpt_dir, prefix, ckpt_path, step)
     if _has_multiprocess_array(target):
         raise errors.MPACheckpointingRequiredError(ckpt_path, step)
     if not writer:
-        return ckpt_path
+        return shown
     parts = _ckpt_io.encode_parts(
         serialization.to_state_dict(target), copy_arrays=async_manager is not None
     )
@@ -270,7 +274,7 @@ def _save(
         async_manager.save_async(write_and_commit)
     else:
         write_and_commit()
-    return ckpt_path
+    return shown
 
 
 def save_checkpoint(
@@ -422,16 +426,15 @@ def _corrupt(ckpt_path: str, prefix: str, error: BaseException) -> ValueError:
     )
 
 
-def _orbax_saved_leaves(ckpt_path: str, prefix: str, user_checkpointer: bool):
-    """The checkpoint's leaves (Orbax metadata: shapes, no data) by path, or None if unknown."""
+def _orbax_saved_tree(ckpt_path: str, prefix: str, user_checkpointer: bool):
+    """The checkpoint's tree of Orbax metadata (shapes and dtypes, no data), or None if unknown."""
     from etils import epath
 
     ocp = _orbax_module()
     handler = ocp.PyTreeCheckpointHandler()
     try:
         meta = handler.metadata(epath.Path(ckpt_path))
-        tree = getattr(meta, "tree", meta)
-        return _flat_paths(tree)
+        return getattr(meta, "tree", meta)
     except Exception as e:
         if user_checkpointer:
             return None  # maybe not a PyTree checkpoint; the caller's checkpointer knows
@@ -443,7 +446,8 @@ def _orbax_saved_leaves(ckpt_path: str, prefix: str, user_checkpointer: bool):
 
 
 def _restore_orbax(
-    ckpt_path: str, target: PyTree, orbax_checkpointer: Any, orbax_transforms: Any, prefix: str
+    ckpt_path: str, target: PyTree, orbax_checkpointer: Any, orbax_transforms: Any, prefix: str,
+    strict: bool,
 ) -> PyTree:
     user_checkpointer = orbax_checkpointer is not None
     if orbax_checkpointer is None:
@@ -455,16 +459,21 @@ def _restore_orbax(
         orbax_checkpointer = _default_orbax_checkpointer()
     _wait_orbax(orbax_checkpointer)
     kwargs = {}
+    saved_tree = None
     if target is not None:
         from flaxen.training import orbax_utils
 
-        if orbax_transforms is None:
+        if orbax_transforms is None or strict:
+            saved_tree = _orbax_saved_tree(ckpt_path, prefix, user_checkpointer)
+        if strict and saved_tree is not None:
+            # The metadata, not the restored tree: restore_args cast arrays to the target's
+            # dtypes, which would hide the saved ones.
+            _tree_compare.check_restored(target, saved_tree, source=ckpt_path)
+        if orbax_transforms is None and saved_tree is not None:
             # Without transforms Orbax fills target leaves missing from the checkpoint with
             # the target's own values: check first, so that a model whose structure changed
             # since the save is an error and not a silent partial restore.
-            saved = _orbax_saved_leaves(ckpt_path, prefix, user_checkpointer)
-            if saved is not None:
-                _check_against_target(ckpt_path, saved, target)
+            _check_against_target(ckpt_path, _flat_paths(saved_tree), target)
         kwargs["restore_args"] = orbax_utils.restore_args_from_target(target)
         kwargs["transforms"] = orbax_utils.maybe_construct_transformations(
             target, orbax_transforms
@@ -485,6 +494,8 @@ def _restore_orbax(
             e.add_note(f'while restoring Orbax checkpoint "{ckpt_path}"')
             raise
         raise _corrupt(ckpt_path, prefix, e) from e
+    if strict and target is not None and saved_tree is None:
+        _tree_compare.check_restored(target, restored, source=ckpt_path)
     # Without a target, both formats give the same state dict (a saved tuple comes back as
     # {'0': ..., '1': ...}, as from a legacy file).
     return serialization.to_state_dict(restored) if target is None else restored
@@ -500,6 +511,8 @@ def restore_checkpoint(
     allow_partial_mpa_restoration: bool = False,
     orbax_checkpointer: Any | None = None,
     orbax_transforms: dict | None = None,
+    *,
+    strict: bool = False,
 ) -> PyTree:
     """Restores the latest (or ``step``'s) checkpoint into ``target``.
 
@@ -508,6 +521,22 @@ def restore_checkpoint(
     found (missing directory, no matching files, missing file path) ``target`` comes back
     unchanged. A requested ``step`` that does not exist, a corrupt file, or a checkpoint whose
     structure differs from ``target`` raise ``ValueError`` naming the file.
+
+    As in Flax, the target gives the structure and the checkpoint the values: a saved array of
+    another shape or dtype than the target's is restored as saved. ``strict=True`` (a flaxen
+    addition) checks first and raises one :class:`~flaxen.errors.RestoreMismatchError` listing
+    every path whose structure, shape or dtype differs, with both values.
+
+    >>> import tempfile, numpy as np
+    >>> d = tempfile.mkdtemp()
+    >>> _ = save_checkpoint(d, {'w': np.zeros((2, 3), np.float32)}, step=1)
+    >>> restore_checkpoint(d, {'w': np.zeros((3, 3), np.float32)})['w'].shape  # as Flax
+    (2, 3)
+    >>> try:
+    ...     restore_checkpoint(d, {'w': np.zeros((3, 3), np.float32)}, strict=True)
+    ... except ValueError as e:
+    ...     print(str(e).splitlines()[1])
+      /w: shape (3, 3) in the target, (2, 3) restored
     """
     del gda_manager, allow_partial_mpa_restoration  # no multiprocess arrays in legacy files
     ckpt_dir = _ckpt_paths.absolute_path(ckpt_dir)
@@ -537,7 +566,8 @@ def restore_checkpoint(
 
     if is_orbax_checkpoint(ckpt_path):
         logger.info("Restoring Orbax checkpoint from %s", ckpt_path)
-        return _restore_orbax(ckpt_path, target, orbax_checkpointer, orbax_transforms, prefix)
+        return _restore_orbax(
+            ckpt_path, target, orbax_checkpointer, orbax_transforms, prefix, strict)
     if io.isdir(ckpt_path):
         raise ValueError(
             f'Checkpoint "{ckpt_path}" is a directory but not an Orbax checkpoint (it has no '
@@ -557,6 +587,9 @@ def restore_checkpoint(
     del contents
     if target is None:
         return state_dict
+    if strict:
+        _tree_compare.check_restored(
+            serialization.to_state_dict(target), state_dict, source=ckpt_path)
     try:
         restored = serialization.from_state_dict(target, state_dict)
     except ValueError as e:

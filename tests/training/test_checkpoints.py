@@ -533,16 +533,24 @@ def test_killed_writer_leaves_previous_checkpoint(tmp_path, point):
     assert names(tmp_path) == ["checkpoint_2"]  # whatever the killed writer left is swept
 
 
-def test_relative_checkpoint_dirs_are_made_absolute(tmp_path, fmt, monkeypatch):
-    # The spec's guide saves to ckpt_dir='tmp'; Orbax itself refuses relative paths.
+def test_relative_checkpoint_dirs_work_and_come_back_as_given(tmp_path, fmt, monkeypatch):
+    # The spec's guide saves to ckpt_dir='tmp/flax-checkpointing' and prints the relative path
+    # it gets back; Orbax itself refuses relative paths, so the work uses absolute ones.
     monkeypatch.chdir(tmp_path)
     path = checkpoints.save_checkpoint_multiprocess("tmp", {"w": np.ones(2)}, step=1)
-    assert path == str(tmp_path / "tmp" / "checkpoint_1")
-    checkpoints.save_checkpoint("./tmp/", {"w": np.zeros(2)}, step=1, overwrite=True)
+    assert path == os.path.join("tmp", "checkpoint_1")
+    path = checkpoints.save_checkpoint("./tmp/", {"w": np.zeros(2)}, step=1, overwrite=True)
+    assert path == os.path.join("tmp", "checkpoint_1")
+    path = checkpoints.save_checkpoint(
+        "tmp/flax-checkpointing", {"w": np.zeros(2)}, step=0, overwrite=True, keep=2)
+    assert path == "tmp/flax-checkpointing/checkpoint_0"
+    assert os.path.exists(tmp_path / path)
+    assert checkpoints.latest_checkpoint("tmp/flax-checkpointing") == path
+    assert checkpoints.restore_checkpoint("tmp/flax-checkpointing", None)["w"].tolist() == [0, 0]
     assert checkpoints.restore_checkpoint("tmp", {"w": np.ones(2)})["w"].tolist() == [0, 0]
     assert checkpoints.restore_checkpoint("tmp", None, step=1)["w"].tolist() == [0, 0]
     assert checkpoints.restore_checkpoint("tmp/checkpoint_1", None)["w"].tolist() == [0, 0]
-    assert names(tmp_path / "tmp") == ["checkpoint_1"]
+    assert sorted(names(tmp_path / "tmp")) == ["checkpoint_1", "flax-checkpointing"]
 
 
 def test_killed_during_keep_cleanup_leaves_no_half_deleted_checkpoint(tmp_path):
