@@ -20,7 +20,7 @@ import inspect
 from typing import Any
 
 from flaxen import errors
-from flaxen.linen._interception import wrap_descriptor, wrap_method, wrap_setup
+from flaxen.linen._interception import is_wrapped, wrap_descriptor, wrap_method, wrap_setup
 from flaxen.linen._naming import adopt_after_init
 
 _RESERVED = ("parent", "name")
@@ -162,7 +162,7 @@ def transform_subclass(cls: Any, kw_only: bool, base_names: frozenset) -> None:
     make_dataclass(cls, kw_only=kw_only)
     for attr, value in list(cls.__dict__.items()):
         if attr == "setup":
-            if inspect.isfunction(value) and not getattr(value, "_flaxen_wrapped", False):
+            if inspect.isfunction(value) and not is_wrapped(value):
                 setattr(cls, attr, wrap_setup(value))
             continue
         if attr.startswith("__") and attr != "__call__":
@@ -172,7 +172,7 @@ def transform_subclass(cls: Any, kw_only: bool, base_names: frozenset) -> None:
         if isinstance(value, property):
             setattr(cls, attr, wrap_descriptor(value))
         elif inspect.isfunction(value):
-            if getattr(value, "nowrap", False) or getattr(value, "_flaxen_wrapped", False):
+            if getattr(value, "nowrap", False) or is_wrapped(value):
                 continue
             setattr(cls, attr, wrap_method(value, getattr(value, "compact", False) is True))
     scoped: dict[str, None] = {}

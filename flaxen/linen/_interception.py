@@ -128,6 +128,20 @@ def _call_with_hooks(module: Any, fun: Callable, method_name: str, is_compact: b
             st.compact_done = True
 
 
+def is_wrapped(fun: Any) -> bool:
+    """Whether ``fun`` already carries the Module method wrapper (flaxen's or one marked the
+    way Flax marks it: libraries set ``method_handler_wrapped`` to opt a method out)."""
+    return getattr(fun, "_flaxen_wrapped", False) is True or hasattr(
+        fun, "method_handler_wrapped")
+
+
+def mark_wrapped(fun: Callable[..., Any]) -> None:
+    """Marks ``fun`` as wrapped, under flaxen's name and Flax's ``method_handler_wrapped``
+    (which interception libraries test for to find and unwrap Module methods)."""
+    fun.__dict__["_flaxen_wrapped"] = True
+    fun.__dict__["method_handler_wrapped"] = True
+
+
 def wrap_method(fun: Callable[..., Any], is_compact: bool) -> Callable[..., Any]:
     """The wrapper every Module method gets (see the module docstring)."""
     inner = fun
@@ -167,7 +181,7 @@ def wrap_method(fun: Callable[..., Any], is_compact: bool) -> Callable[..., Any]
             stack.pop()
 
     functools.update_wrapper(wrapped, fun)
-    wrapped.__dict__["_flaxen_wrapped"] = True
+    mark_wrapped(wrapped)
     wrapped.__dict__["_flaxen_raw"] = fun
     if is_compact:
         wrapped.__dict__["compact"] = True
@@ -185,7 +199,7 @@ def wrap_setup(fun: Callable[..., Any]) -> Callable[..., Any]:
         try_setup(self)
 
     functools.update_wrapper(setup, fun)
-    setup.__dict__["_flaxen_wrapped"] = True
+    mark_wrapped(setup)
     setup.__dict__["_flaxen_raw"] = fun
     return setup
 

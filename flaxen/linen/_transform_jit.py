@@ -20,6 +20,7 @@ from typing import Any
 import jax
 
 from flaxen.core import lift
+from flaxen.linen._interception import mark_wrapped
 from flaxen.linen._state import ModuleState
 from flaxen.linen._transform_wrap import (
     _PUBLIC_MODULE,
@@ -156,7 +157,7 @@ def jit_lift_transform(target: Any, methods: Any = None, **jit_kwargs: Any) -> A
                              args, kwargs)
 
             functools.update_wrapper(wrapped_fn, fn)
-            wrapped_fn.__dict__["_flaxen_wrapped"] = True
+            mark_wrapped(wrapped_fn)
             return wrapped_fn
 
         namespace: dict[str, Any] = {n: create(n, kw) for n, (_, kw) in per_method.items()}
@@ -173,5 +174,5 @@ def jit_lift_transform(target: Any, methods: Any = None, **jit_kwargs: Any) -> A
         return _call(trafo_fn, self, self, name, args, kwargs)
 
     functools.update_wrapper(wrapped_fn, fn)
-    wrapped_fn.__dict__["_flaxen_wrapped"] = True
+    mark_wrapped(wrapped_fn)
     return wrapped_fn

@@ -30,7 +30,7 @@ from flaxen import errors, serialization
 from flaxen._hashing import Identity, hashable
 from flaxen.core.frozen_dict import FrozenDict
 from flaxen.core.scope import Scope, Variable
-from flaxen.linen._interception import wrap_method
+from flaxen.linen._interception import is_wrapped, mark_wrapped, wrap_method
 from flaxen.linen._naming import try_setup
 from flaxen.linen._state import SETUP_DONE, SETUP_NONE, ModuleBase, ModuleState
 
@@ -261,6 +261,8 @@ class TestScope(Scope):
     ``setup`` code can tell it is being validated by this class (as under Flax).
     """
 
+    __test__ = False  # not a pytest test class, despite the name
+
     def make_rng(self, name: str = "params") -> Any:
         return jax.random.key(0)
 
@@ -421,7 +423,7 @@ def unbound_fn(method_or_fn: Any) -> Callable[..., Any]:
 
 def prewrap(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` with the Module method wrapper (setup, module stack, compact tracking)."""
-    if getattr(fn, "_flaxen_wrapped", False):
+    if is_wrapped(fn):
         return fn
     return wrap_method(fn, getattr(fn, "compact", False) is True)
 
@@ -488,7 +490,7 @@ def decorator_lift_transform(transform: Callable[..., Any], class_fn: Any, *traf
         return trafo_fn(scopes, *args, **kwargs)
 
     functools.update_wrapper(wrapped_fn, prewrapped[0])
-    wrapped_fn.__dict__["_flaxen_wrapped"] = True
+    mark_wrapped(wrapped_fn)
     return wrapped_fn
 
 
@@ -553,7 +555,7 @@ def module_class_lift_transform(transform: Callable[..., Any], module_class: Any
             return trafo_fn(scopes, *call_args, **call_kwargs)
 
         functools.update_wrapper(wrapped_fn, fn)
-        wrapped_fn.__dict__["_flaxen_wrapped"] = True
+        mark_wrapped(wrapped_fn)
         return wrapped_fn
 
     namespace: dict[str, Any] = {

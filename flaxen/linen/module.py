@@ -30,10 +30,38 @@ from flaxen.linen._module import (
     nowrap,
     share_scope,
 )
-from flaxen.linen._state import SetupState, _Sentinel, _unspecified_parent
+from flaxen.linen._module_support import (
+    Args,
+    CompactNameScope,
+    Descriptor,
+    DescriptorWrapper,
+    Interceptor,
+    K,
+    Kwargs,
+    M,
+    NextGetter,
+    ParentDescriptor,
+    T,
+    ThreadLocalStack,
+    capture_call_intermediates,
+    create_descriptor_wrapper,
+    module_field,
+    run_interceptors,
+    tuple_init,
+    tuple_reduce,
+    wrap_descriptor_once,
+    wrap_method_once,
+)
+from flaxen.linen._state import ModuleBase, SetupState, _Sentinel, _unspecified_parent
 from flaxen.linen._state import context as _context  # noqa: F401 - Flax's private name
+from flaxen.linen._transform_wrap import TestScope
 
 __all__ = [
+    "Args", "CompactNameScope", "Descriptor", "DescriptorWrapper", "Interceptor", "K",
+    "Kwargs", "M", "ModuleBase", "NextGetter", "ParentDescriptor", "T", "TestScope",
+    "ThreadLocalStack", "capture_call_intermediates", "create_descriptor_wrapper",
+    "module_field", "run_interceptors", "tuple_init", "tuple_reduce", "wrap_descriptor_once",
+    "wrap_method_once",
     "InterceptorContext",
     "Module",
     "SetupState",
