@@ -19,13 +19,15 @@ torch installation for this.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 try:
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
     from safetensors.numpy import save_file as _np_save_file
 except ImportError as _err:  # pragma: no cover - exercised only without safetensors
     raise ImportError(
@@ -41,6 +43,23 @@ __all__ = ["load_file", "save_file"]
 
 FORMAT = "flax"
 SEP = "."
+
+
+@contextlib.contextmanager
+def _naming(filename: str | os.PathLike, action: str) -> Iterator[None]:
+    # The safetensors package reports a bad header or a failed write without the file name;
+    # re-raised as the same class, naming it, so `except SafetensorError` keeps working.
+    try:
+        yield
+    except SafetensorError as e:
+        raise SafetensorError(
+            f'Cannot {action} "{os.fspath(filename)}": {e}. Check that the path is right and '
+            "that the file is a complete .safetensors file (not a torch .bin/.pt pickle or a "
+            "partial download)."
+        ) from None
+    except TorchConversionError as e:
+        raise TorchConversionError(
+            [f'"{os.fspath(filename)}": {p}' for p in e.problems]) from None
 
 
 def _flat(tree: Any) -> dict[str, np.ndarray]:
@@ -65,17 +84,19 @@ def save_file(tree: Any, filename: str, metadata: Mapping[str, str] | None = Non
     """
     meta = {"format": FORMAT}
     meta.update({str(k): str(v) for k, v in (metadata or {}).items()})
-    _np_save_file(_flat(tree), filename, metadata=meta)
+    arrays = _flat(tree)
+    with _naming(filename, "write"):
+        _np_save_file(arrays, filename, metadata=meta)
 
 
 def read_metadata(filename: str) -> dict[str, str]:
     """The metadata stored in a ``.safetensors`` file (``{}`` if none)."""
-    with safe_open(filename, framework="np") as f:
+    with _naming(filename, "read"), safe_open(filename, framework="np") as f:
         return dict(f.metadata() or {})
 
 
 def _read(filename: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    with safe_open(filename, framework="np") as f:
+    with _naming(filename, "read"), safe_open(filename, framework="np") as f:
         meta = dict(f.metadata() or {})
         arrays = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - not a dict
     return arrays, meta
@@ -89,7 +110,7 @@ def load_file(filename: str, target: Any = None, *, rules: Mapping[str, Any] | N
     (cast to the target's dtypes); any other file (torch-written ``.safetensors``
     included) is converted with the torch matching and layout rules, ``rules`` as in
     :func:`flaxen.interop.torch.convert`. Every key or leaf that does not fit is listed in
-    one :class:`~flaxen.errors.TorchConversionError`.
+    one :class:`~flaxen.errors.TorchConversionError`, each naming the file.
 
     >>> import os, tempfile, numpy as np
     >>> path = os.path.join(tempfile.mkdtemp(), 'w.safetensors')
@@ -102,7 +123,7 @@ def load_file(filename: str, target: Any = None, *, rules: Mapping[str, Any] | N
     if target is None:
         if meta.get("format") not in (FORMAT, "flaxen", None):
             raise TorchConversionError([
-                f"{filename} was written as format {meta.get('format')!r} (keys like "
+                f"\"{filename}\" was written as format {meta.get('format')!r} (keys like "
                 f"{sorted(arrays)[:2]}); pass a flaxen target to convert it into"])
         nested: dict = {}
         for key, value in arrays.items():
@@ -127,6 +148,7 @@ def load_file(filename: str, target: Any = None, *, rules: Mapping[str, Any] | N
                     continue
                 filled[leaf.path] = jax.device_put(arr.astype(leaf.dtype, copy=False))
         if problems:
-            raise TorchConversionError(problems)
+            raise TorchConversionError([f'"{filename}": {p}' for p in problems])
         return write_target(t, filled)
-    return _convert.convert(arrays, target, rules)
+    with _naming(filename, "load"):
+        return _convert.convert(arrays, target, rules)

@@ -79,3 +79,28 @@ def test_shape_mismatch_is_listed(tmp_path):
         fst.load_file(path, {"params": {"a": np.zeros(5), "b": np.zeros(6)}})
     assert "params.a: file has shape (2,), target wants (5,)" in str(info.value)
     assert len(info.value.problems) == 2
+
+
+def test_errors_name_the_file(tmp_path):
+    from safetensors import SafetensorError
+
+    bad = tmp_path / "truncated.safetensors"
+    bad.write_bytes(b"garbage")
+    for read in (fst.load_file, fst.read_metadata):
+        with pytest.raises(SafetensorError) as info:
+            read(str(bad))
+        assert f'"{bad}"' in str(info.value) and "header" in str(info.value)
+        assert info.value.__cause__ is None and info.value.__suppress_context__
+    missing_dir = tmp_path / "no_such_dir" / "w.safetensors"
+    with pytest.raises(SafetensorError, match="no_such_dir"):
+        fst.save_file({"params": {"a": np.zeros(2)}}, str(missing_dir))
+
+    path = str(tmp_path / "w.safetensors")
+    fst.save_file({"params": {"a": np.zeros(2)}}, path)
+    with pytest.raises(TorchConversionError) as info:
+        fst.load_file(path, {"params": {"a": np.zeros(5)}})
+    assert info.value.problems == [f'"{path}": params.a: file has shape (2,), target wants (5,)']
+    with pytest.raises(TorchConversionError) as info:  # keys differ: the torch matching path
+        fst.load_file(path, {"params": {"b": np.zeros(2)}})
+    assert all(p.startswith(f'"{path}": ') for p in info.value.problems)
+    assert info.value.__cause__ is None and info.value.__suppress_context__
