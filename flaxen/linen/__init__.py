@@ -99,7 +99,13 @@ from flaxen.linen.recurrent import (
 )
 from flaxen.linen import fp8_ops, kw_only_dataclasses
 from flaxen.linen.batch_apply import BatchApply
-from flaxen.linen.fp8_ops import Fp8DotGeneralOp
+from flaxen.linen.fp8_ops import (
+    Fp8DirectDotGeneralOp,
+    Fp8DotGeneral,
+    Fp8DotGeneralOp,
+    Fp8Einsum,
+    NANOOFp8DotGeneralOp,
+)
 # --- end layers ---
 
 # --- spmd (edited by the lead) ---
