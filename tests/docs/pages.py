@@ -17,6 +17,8 @@ import io
 import os
 import pathlib
 import re
+import sys
+import types
 
 DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
 _FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>[^\n`]*)$")
@@ -105,8 +107,13 @@ def run_page(path: pathlib.Path, workdir: pathlib.Path) -> int:
     page's ``output`` block; an exception from a block propagates with the page and line in
     its traceback (each block is compiled under the name ``page.md:LINE``).
     """
-    namespace: dict = {"__name__": f"docs_page_{path.stem}"}
     rel = path.relative_to(DOCS)
+    # The blocks run in a real module registered in sys.modules, as a script's would:
+    # dataclasses (and so Linen Modules) look their defining module up there.
+    module = types.ModuleType(f"docs_page_{rel.with_suffix('').as_posix().replace('/', '_')}")
+    module.__file__ = str(path)
+    namespace = module.__dict__
+    sys.modules[module.__name__] = module
     previous = os.getcwd()
     os.chdir(workdir)
     try:
@@ -126,3 +133,4 @@ def run_page(path: pathlib.Path, workdir: pathlib.Path) -> int:
         return count
     finally:
         os.chdir(previous)
+        sys.modules.pop(module.__name__, None)
