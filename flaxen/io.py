@@ -28,10 +28,12 @@ import builtins
 import contextlib
 import enum
 import glob as _glob
+import importlib  # noqa: F401 - importable from here in Flax
 import os
 import re
 import shutil
 from collections.abc import Iterator
+from enum import Enum  # noqa: F401 - importable from here in Flax
 from typing import IO, Any
 
 from flaxen import errors
@@ -55,6 +57,9 @@ __all__ = [
     "rmtree",
     "set_mode",
 ]
+
+
+glob_module = _glob  # Flax's name for the standard glob module
 
 
 class BackendMode(enum.Enum):

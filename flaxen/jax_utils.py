@@ -23,12 +23,14 @@ import collections
 import functools
 import itertools
 import math
+import warnings  # noqa: F401 - importable from here in Flax
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import core, lax  # noqa: F401 - importable from here in Flax
 from jax.api_util import debug_info as _debug_info
 from jax.extend import linear_util as _lu
 from jax.interpreters import partial_eval as _pe
@@ -43,6 +45,8 @@ __all__ = [
     "scan_in_dim",
     "unreplicate",
 ]
+
+lu, pe = _lu, _pe  # Flax's names for these JAX modules
 
 _DEVICE_AXIS = "_device_put_sharded"  # Flax's default mesh-axis name for these helpers
 

@@ -27,6 +27,10 @@ from jax._src import traceback_util as _jax_traceback_util
 
 from flaxen.configurations import config
 
+# the names Flax's module binds these to, importable from here as in Flax
+jax_traceback_util = _jax_traceback_util
+source_info_util = _source_info_util
+
 __all__ = [
     "api_boundary",
     "hide_flax_in_tracebacks",

@@ -23,6 +23,7 @@ from __future__ import annotations
 import abc
 import copy
 import dataclasses
+import warnings  # noqa: F401 - importable from here in Flax
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 

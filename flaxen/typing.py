@@ -22,10 +22,12 @@ import dataclasses
 import functools
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from typing import Any, Generic, Protocol, TypeGuard, TypeVar
+from functools import partial  # noqa: F401 - importable from here in Flax
+from typing import Any, Generic, Optional, Protocol, TypeGuard, TypeVar, Union  # noqa: F401
 
 import jax
 import jax.numpy as jnp
+import jax.tree_util as jtu  # noqa: F401 - importable from here in Flax
 import numpy as np
 
 __all__ = [

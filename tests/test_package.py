@@ -79,3 +79,29 @@ def test_importing_flaxen_does_not_start_the_jax_backend():
         "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_names_flax_modules_import_for_their_own_use_are_reachable_from_the_same_paths():
+    # `from flax.x import y` for such names appears in user code now and then
+    import importlib
+
+    wanted = {
+        "flaxen.io": ["Enum", "glob_module", "importlib", "NotFoundError"],
+        "flaxen.jax_utils": ["core", "lax", "lu", "pe", "warnings"],
+        "flaxen.traceback_util": ["jax_traceback_util", "source_info_util"],
+        "flaxen.traverse_util": ["struct", "warnings", "PathParts", "VariableDict"],
+        "flaxen.typing": ["Optional", "Union", "jtu", "partial", "FrozenDict"],
+        "flaxen.training.common_utils": ["lax"],
+        "flaxen.training.lr_schedule": ["np"],
+        "flaxen.training.train_state": ["core"],
+        "flaxen.configurations": ["contextmanager", "overload", "NoReturn", "TYPE_CHECKING"],
+        "flaxen.cursor": ["Mapping", "Protocol", "runtime_checkable", "TraverseTreeError"],
+        "flaxen.linen.fp8_ops": ["module", "custom_vjp", "custom_jvp", "np", "random"],
+    }
+    for mod_name, names in wanted.items():
+        mod = importlib.import_module(mod_name)
+        missing = [n for n in names if not hasattr(mod, n)]
+        assert not missing, f"{mod_name} lacks {missing}"
+    from flaxen.training import dynamic_scale
+
+    assert dynamic_scale.Array == flaxen.typing.Array

@@ -444,8 +444,9 @@ def in_q_fwd(compute_dtype: Any, q_dtype: Any, inp: jax.Array, scale: jax.Array,
     return (q, new_scale), (new_scale, new_history)
 
 
-def in_q_bwd(compute_dtype: Any, q_dtype: Any, res: Any, g: Any) -> tuple:
-    """Backward rule of :func:`in_q`: ``(None, new scale, new history)``."""
+def in_q_bwd(compute_dtype: Any, q_dtype: Any, res: Any, _: Any) -> tuple:
+    """Backward rule of :func:`in_q`: ``(None, new scale, new history)`` (the output
+    gradient, the last argument, is not used)."""
     new_scale, new_history = res
     return None, new_scale, new_history
 
@@ -467,8 +468,8 @@ def out_dq_fwd(dq_type: Any, lhs_scale: jax.Array, rhs_scale: jax.Array,
     return out_dq(dq_type, lhs_scale, rhs_scale, out), None
 
 
-def out_dq_bwd(dq_type: Any, res: Any, g: jax.Array) -> tuple:
-    """Backward rule of :func:`out_dq`: ``(None, None, g)``."""
+def out_dq_bwd(dq_type: Any, _: Any, g: jax.Array) -> tuple:
+    """Backward rule of :func:`out_dq`: ``(None, None, g)`` (it keeps no residuals)."""
     return None, None, g
 
 

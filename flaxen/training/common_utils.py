@@ -13,6 +13,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax  # noqa: F401 - importable from here in Flax
 
 PyTree = Any
 

@@ -19,8 +19,7 @@ import numpy as np
 from jax import lax
 
 from flaxen import struct
-
-Array = Any
+from flaxen.typing import Array
 
 
 class DynamicScaleResult(NamedTuple):

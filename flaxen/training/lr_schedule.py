@@ -18,6 +18,7 @@ import math
 from collections.abc import Callable, Sequence
 
 import jax.numpy as jnp
+import numpy as np  # noqa: F401 - importable from here in Flax
 
 Schedule = Callable[[int], float]
 

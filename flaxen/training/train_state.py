@@ -15,7 +15,7 @@ from typing import Any
 import jax
 import optax
 
-from flaxen import struct
+from flaxen import core, struct  # noqa: F401 - core: importable from here in Flax
 from flaxen.core.frozen_dict import FrozenDict
 
 # A top-level params collection under this name is not optimized: each update copies the
