@@ -15,6 +15,7 @@ and tracks the compact method.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 from typing import Any
@@ -66,7 +67,8 @@ def _generate_init(cls: Any, fields: list[dataclasses.Field]) -> Any:
             else:
                 param = f.name
                 value = f.name
-            (keyword if f.kw_only else positional).append(param)
+            # parent and name are keyword-only when called, whatever their field says
+            (keyword if f.kw_only or f.name in _RESERVED else positional).append(param)
         elif f.default is not _MISSING:
             globs[dflt] = f.default
             value = dflt
@@ -97,7 +99,22 @@ def _generate_init(cls: Any, fields: list[dataclasses.Field]) -> Any:
     init = globs["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
+    shown = [f.name for f in fields if f.init and f.name in _RESERVED and not f.kw_only]
+    if shown:
+        init.__signature__ = _flax_signature(init, shown)
     return init
+
+
+def _flax_signature(init: Any, shown: list[str]) -> inspect.Signature:
+    """The signature Flax reports for a Module's ``__init__``: parent and name listed as
+    positional-or-keyword after the other positional fields (Flax's ``__init__`` still
+    refuses them by position, as this one does)."""
+    sig = inspect.signature(init)
+    params = [p for p in sig.parameters.values() if p.name not in shown]
+    cut = sum(p.kind is not inspect.Parameter.KEYWORD_ONLY for p in params)
+    moved = [sig.parameters[n].replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD)
+             for n in shown]
+    return sig.replace(parameters=params[:cut] + moved + params[cut:])
 
 
 def _unbound_only_hash(field_hash: Any) -> Any:
@@ -124,13 +141,27 @@ def make_dataclass(cls: Any, kw_only: bool = False) -> None:
     """Turns ``cls`` into a dataclass with the Module conventions, in place."""
     own_setattr = cls.__dict__.get("__setattr__")
     own_hash = "__hash__" in cls.__dict__
-    dataclasses.dataclass(
-        cls,
-        eq=True,
-        repr=False,
-        unsafe_hash=not own_hash,
-        kw_only=kw_only,
-    )
+    # Bases list parent/name as positional (below); dataclasses would then see defaulted
+    # positional fields before this class's own required ones. They are keyword-only while
+    # dataclasses builds the class, as Module declares them.
+    inherited = [
+        f for base in cls.__mro__[1:]
+        for k, f in base.__dict__.get("__dataclass_fields__", {}).items()
+        if k in _RESERVED and not f.kw_only
+    ]
+    for f in inherited:
+        f.kw_only = True
+    try:
+        dataclasses.dataclass(
+            cls,
+            eq=True,
+            repr=False,
+            unsafe_hash=not own_hash,
+            kw_only=kw_only,
+        )
+    finally:
+        for f in inherited:
+            f.kw_only = False
     if not own_hash:
         cls.__hash__ = _unbound_only_hash(cls.__hash__)
     if own_setattr is not None:
@@ -138,12 +169,20 @@ def make_dataclass(cls: Any, kw_only: bool = False) -> None:
     # The base Module declares parent and name, so dataclasses lists them first; Flax lists
     # them last (dataclasses.fields, astuple, the keyword order of __init__).
     declared = cls.__dataclass_fields__
+    has_initvar = any(f._field_type is _FIELD_INITVAR for f in declared.values())
     if any(n in declared for n in _RESERVED):
         reordered = {k: f for k, f in declared.items() if k not in _RESERVED}
-        reordered.update({k: declared[k] for k in _RESERVED if k in declared})
+        for k in _RESERVED:
+            if k not in declared:
+                continue
+            # Flax appends parent and name as positional fields (``Dense(3, True, ...,
+            # parent, name)``) unless the class is kw_only. Each class gets its own copy:
+            # the Field objects of bases are shared with them.
+            f = copy.copy(declared[k])
+            f.kw_only = kw_only or has_initvar
+            reordered[k] = f
         cls.__dataclass_fields__ = reordered
     fields = list(cls.__dataclass_fields__.values())
-    has_initvar = any(f._field_type is _FIELD_INITVAR for f in fields)
     if not has_initvar:  # InitVars need dataclasses' own __init__ (rare)
         init_fields = [f for f in fields if f._field_type is _FIELD]
         cls.__init__ = _generate_init(cls, init_fields)

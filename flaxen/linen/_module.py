@@ -466,6 +466,9 @@ _dataclass._module_post_init[0] = Module.__post_init__
 _dataclass._default_setup[0] = Module.setup
 _dataclass.make_dataclass(Module)
 Module._flaxen_setup = None
+# Unbound until init/apply/bind puts a Scope in the instance's __dict__; as a class attribute
+# (not a field) ``Module.scope`` and ``hasattr(cls, 'scope')`` work as under Flax.
+setattr(Module, "scope", None)  # noqa: B010 - keeps type checkers on __getattr__'s Any
 
 
 def share_scope(module: Module, other: Module, /) -> None:

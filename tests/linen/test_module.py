@@ -13,13 +13,25 @@ from flaxen import errors
 from tests.linen._module_helpers import KEY, MLP, Dense, X, shapes
 
 
-def test_dataclass_fields_parent_and_name_are_keyword_only_and_last():
+def test_dataclass_fields_parent_and_name_come_last_and_positional_as_in_flax():
     params = list(inspect.signature(Dense).parameters.values())
     assert [p.name for p in params] == ["features", "use_bias", "parent", "name"]
-    assert params[-1].kind is inspect.Parameter.KEYWORD_ONLY
-    assert params[-2].kind is inspect.Parameter.KEYWORD_ONLY
-    with pytest.raises(TypeError):
-        Dense(3, True, None)  # parent cannot be passed positionally
+    assert params[-1].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert params[-2].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert [f.kw_only for f in dataclasses.fields(Dense)][-2:] == [False, False]
+    # ... but, as Flax 0.12.8's __init__, a call refuses them by position
+    with pytest.raises(TypeError, match="positional arguments but 4 were given"):
+        Dense(3, True, None)
+    assert Dense(3, True, parent=None, name="d").name == "d"
+
+
+def test_kw_only_modules_keep_parent_and_name_keyword_only():
+    class Opts(nn.Module, kw_only=True):
+        rate: float = 0.5
+
+    params = list(inspect.signature(Opts).parameters.values())
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params)
+    assert nn.Module.scope is None and Opts(name="o").scope is None
 
 
 def test_subclass_with_non_default_field_after_base_defaults():
