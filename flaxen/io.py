@@ -245,4 +245,8 @@ def __getattr__(name: str) -> Any:
         except ImportError:
             return None
         return gfile
+    if name == "logging":  # absl's logging, as Flax's module binds it (absl comes with optax)
+        from absl import logging
+
+        return logging
     raise AttributeError(f"module 'flaxen.io' has no attribute {name!r}")

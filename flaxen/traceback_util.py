@@ -24,12 +24,11 @@ import os
 
 from jax._src import source_info_util as _source_info_util
 from jax._src import traceback_util as _jax_traceback_util
+from jax.extend import source_info_util  # noqa: F401 - importable from here in Flax
 
 from flaxen.configurations import config
 
-# the names Flax's module binds these to, importable from here as in Flax
-jax_traceback_util = _jax_traceback_util
-source_info_util = _source_info_util
+jax_traceback_util = _jax_traceback_util  # Flax's name for JAX's module
 
 __all__ = [
     "api_boundary",

@@ -29,6 +29,7 @@ from typing import Any
 
 import jax
 
+import flaxen as flax  # noqa: F401 - importable from here in Flax (the package is lazy)
 from flaxen import serialization, struct  # noqa: F401 - flax.traverse_util.struct is public
 from flaxen.typing import PathParts, VariableDict  # noqa: F401 - importable from here in Flax
 

@@ -86,13 +86,13 @@ def test_names_flax_modules_import_for_their_own_use_are_reachable_from_the_same
     import importlib
 
     wanted = {
-        "flaxen.io": ["Enum", "glob_module", "importlib", "NotFoundError"],
+        "flaxen.io": ["Enum", "glob_module", "importlib", "NotFoundError", "logging"],
         "flaxen.jax_utils": ["core", "lax", "lu", "pe", "warnings"],
         "flaxen.traceback_util": ["jax_traceback_util", "source_info_util"],
-        "flaxen.traverse_util": ["struct", "warnings", "PathParts", "VariableDict"],
+        "flaxen.traverse_util": ["flax", "struct", "warnings", "PathParts", "VariableDict"],
         "flaxen.typing": ["Optional", "Union", "jtu", "partial", "FrozenDict"],
         "flaxen.training.common_utils": ["lax"],
-        "flaxen.training.lr_schedule": ["np"],
+        "flaxen.training.lr_schedule": ["np", "logging"],
         "flaxen.training.train_state": ["core"],
         "flaxen.configurations": ["contextmanager", "overload", "NoReturn", "TYPE_CHECKING"],
         "flaxen.cursor": ["Mapping", "Protocol", "runtime_checkable", "TraverseTreeError"],

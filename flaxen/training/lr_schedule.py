@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np  # noqa: F401 - importable from here in Flax
@@ -127,3 +128,12 @@ def create_cosine_learning_rate_schedule(
         return _warmup(base_learning_rate * factor, step, steps_per_epoch, warmup_length)
 
     return learning_rate_fn
+
+
+def __getattr__(name: str) -> Any:
+    # absl's logging, importable from here as from Flax's module; imported only when asked for
+    if name == "logging":
+        from absl import logging
+
+        return logging
+    raise AttributeError(f"module 'flaxen.training.lr_schedule' has no attribute {name!r}")
