@@ -79,7 +79,7 @@ def _walk_linen(tree: Mapping, prefix: tuple, out: list) -> None:
 def _nnx_order(module: Any) -> dict[tuple, int]:
     """Attribute-assignment order of every object path reachable from an NNX Module."""
     from flaxen.nnx.module import Module
-    from flaxen.nnx.variables import Variable
+    from flaxen.nnx.variablelib import Variable
 
     order: dict[tuple, int] = {}
     seen: set[int] = set()
@@ -118,7 +118,7 @@ def _nnx_types(module: Any) -> dict[tuple, str]:
 
 def _leaf_kind_collection(value: Any) -> tuple[Any, str]:
     """(array-like value, collection) of an NNX VariableState / Variable leaf."""
-    from flaxen.nnx.variables import BatchStat, Param
+    from flaxen.nnx.variablelib import BatchStat, Param
 
     vtype = getattr(value, "type", None) or type(value)
     inner = getattr(value, "value", value)
@@ -179,7 +179,7 @@ def _is_nnx_module(x: Any) -> bool:
 
 
 def _is_nnx_state(x: Any) -> bool:
-    mod = sys.modules.get("flaxen.nnx.state")
+    mod = sys.modules.get("flaxen.nnx.statelib")
     return mod is not None and isinstance(x, mod.State)
 
 
@@ -264,8 +264,8 @@ def write_target(target: Target, filled: dict[tuple, Any]) -> Any:
             node[full[-1]] = filled.get(full, old)
         return out
     from flaxen.nnx.graph import state, update
-    from flaxen.nnx.state import State
-    from flaxen.nnx.variables import Variable, VariableState
+    from flaxen.nnx.statelib import State
+    from flaxen.nnx.variablelib import Variable, VariableState
 
     is_state = target.flavour == "nnx_state"
     src = (target.original if is_state else state(target.original)).flat_state()  # type: ignore[union-attr]

@@ -10,16 +10,20 @@ Follows today's ``flax.nnx`` (Flax 0.12.8); the spec's Flax 0.8.3 API stays at
 (1, 3)
 """
 
-from flaxen.nnx import errors, filterlib, graph
+import sys as _sys
+
+from flaxen.nnx import errors, filterlib
 from flaxen.nnx import rnglib as rnglib
 from flaxen.nnx import spmd as spmd
-from flaxen.nnx import variables as variables
-from flaxen.nnx._vmap_scan import Jit, Remat, Scan, Vmap
 from flaxen.nnx.errors import TraceContextError
 from flaxen.nnx.filterlib import All, Any, Everything, Not, Nothing, OfType, PathContains, WithTag
 from flaxen.nnx.filterlib import PathIn as PathIn
-from flaxen.nnx.graph import GraphNode
+from flaxen.nnx._graph_ops import GraphNode
 from flaxen.nnx import graphlib as graphlib
+
+# `flax.nnx.graph` is the same module as `flax.nnx.graphlib` in today's Flax
+graph = graphlib
+_sys.modules[__name__ + ".graph"] = graphlib
 from flaxen.nnx import compat as compat
 from flaxen.nnx.graphlib import (
     GraphDef,
@@ -129,9 +133,9 @@ from flaxen.nnx.spmd import (
     with_partitioning,
     with_sharding_constraint,
 )
-statelib = __import__("sys").modules["flaxen.nnx.state"]  # `nnx.state` is the function
+from flaxen.nnx import statelib as statelib
 from flaxen.nnx import traversals as traversals
-from flaxen.nnx.state import (
+from flaxen.nnx.statelib import (
     FlatState,
     State,
     filter_state,
@@ -168,8 +172,7 @@ from flaxen.nnx.transforms import (  # today's compilation/autodiff/general face
     make_jaxpr,
     vjp,
 )
-from flaxen.nnx.transforms.loops import fori_loop, while_loop
-from flaxen.nnx.transforms.scan import Carry, scan
+from flaxen.nnx.transforms.iteration import Carry, fori_loop, scan, while_loop
 from flaxen.nnx.transforms.iteration import (  # today's vmap family (H4)
     StateAxes,
     pmap,
@@ -177,14 +180,14 @@ from flaxen.nnx.transforms.iteration import (  # today's vmap family (H4)
     transform_metadata,
     vmap,
 )
-from flaxen.nnx.transforms.branches import cond, switch
-from flaxen.nnx.transforms.remat import remat
-from flaxen.nnx.transforms.shard_map import shard_map
+from flaxen.nnx.transforms.transforms import cond, switch
+from flaxen.nnx.transforms.autodiff import remat
+from flaxen.nnx.transforms.compilation import shard_map
 from flaxen.nnx import extract as extract
 from flaxen.nnx._modes import set_graph_mode, set_graph_updates
-from flaxen.nnx import variables as variablelib
-from flaxen.nnx.variables import A as A  # the type variable of Variable[A]
-from flaxen.nnx.variables import (
+from flaxen.nnx import variablelib as variablelib
+from flaxen.nnx.variablelib import A as A  # the type variable of Variable[A]
+from flaxen.nnx.variablelib import (
     EMPTY,
     BatchStat,
     Cache,

@@ -34,7 +34,7 @@ import typing as tp
 from collections.abc import Mapping
 
 from flaxen.nnx import _trace
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.variablelib import Variable
 
 CAPTURES = "__captures__"
 
@@ -128,6 +128,7 @@ def _as_type(t: tp.Any) -> type:
 
 
 def _roots(fn: tp.Any, args: tuple, kwargs: dict) -> list:
+    # upward: capture is installed on Modules, which import this file
     from flaxen.nnx.module import Module
 
     if isinstance(fn, Module):
@@ -143,7 +144,10 @@ def _roots(fn: tp.Any, args: tuple, kwargs: dict) -> list:
 
 def _modules(roots: list) -> list[tuple[tuple, tp.Any]]:
     """``(path, module)`` of every Module that can hold stores, each once."""
+    # upward: the walk over modules belongs to graphlib, above this file
     from flaxen.nnx.graphlib import iter_modules
+
+    # upward: capture is installed on Modules, which import this file
     from flaxen.nnx.module import Dict, List
 
     seen: set[int] = set()
@@ -171,6 +175,7 @@ def _new_stores(wanted: list[type], seed: tp.Mapping) -> tuple:
 
 
 def _set_captures(m: tp.Any, stores: tuple) -> None:
+    # upward: Pytree (above this file) marks the stores as data
     from flaxen.nnx.pytreelib import data
 
     setattr(m, CAPTURES, data(stores))
@@ -200,7 +205,7 @@ def _lookup(init: tp.Any, path: tuple) -> tp.Mapping:
 
 
 def _collect(found: list[tuple[tuple, tuple]], vt: type) -> tp.Any:
-    from flaxen.nnx.state import State
+    from flaxen.nnx.statelib import State
 
     tree: dict = {}
     for path, stores in found:
@@ -225,11 +230,13 @@ def _to_state(d: dict, state_cls: type) -> tp.Any:
 def _method_names(cls: type) -> list[str]:
     """Public methods (and ``__call__``) that ``cls`` and its Module bases define, without
     the methods of flaxen's base classes."""
-    from flaxen.nnx.module import LegacyModule, Module
+    # upward: capture is installed on Modules, which import this file
+    from flaxen.nnx.module import Module
 
     names: list[str] = []
     for klass in cls.__mro__:
-        if klass in (Module, LegacyModule) or not issubclass(klass, Module):
+        # the library's own Module classes (today's and the 0.8.3 face's) mark themselves
+        if vars(klass).get("_nnx_base_module") or not issubclass(klass, Module):
             continue
         for name, value in vars(klass).items():
             if name in names or (name.startswith("_") and name != "__call__"):

@@ -28,8 +28,8 @@ from flaxen.nnx._graphdef import (
     count_defs,
     var_def_paths,
 )
-from flaxen.nnx.state import State
-from flaxen.nnx.variables import Variable, VariableState
+from flaxen.nnx.statelib import State
+from flaxen.nnx.variablelib import Variable, VariableState
 
 MISS = object()
 # Beyond this many objects the generated source gets large enough that compiling it costs
@@ -261,6 +261,7 @@ def make_merge_fn(defs: tuple, variables: bool = False) -> tp.Callable[[State], 
     ln.append(f"return {root}")
     env = dict(_COMMON_ENV)
     env["_set_node_trace"] = GraphNode._nnx_trace.__set__  # type: ignore[attr-defined]
+    # upward: Pytree subclasses get their own generated code; pytreelib sits above
     from flaxen.nnx.pytreelib import Pytree
 
     env["_set_status"] = Pytree._pytree__status.__set__  # type: ignore[attr-defined]

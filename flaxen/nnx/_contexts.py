@@ -51,14 +51,14 @@ import typing as tp
 import jax
 
 from flaxen.nnx import _graph_engine as eng
+from flaxen.nnx import _graph_ops as _ops
 from flaxen.nnx import _graphdef, filterlib, graphlib
-from flaxen.nnx import graph as _legacy
 from flaxen.nnx._graph_node import GraphNode
+from flaxen.nnx._graph_ops import RefMap
 from flaxen.nnx._graphdef import NodeDef, NodeRef, Static, VariableDef
-from flaxen.nnx.graph import RefMap
 from flaxen.nnx.graphlib import GraphDef, IndexMap
-from flaxen.nnx.state import FlatState, State
-from flaxen.nnx.variables import Variable, is_array_ref
+from flaxen.nnx.statelib import FlatState, State
+from flaxen.nnx.variablelib import Variable, is_array_ref
 
 __all__ = [
     "NO_UPDATE", "ArrayRefOutput", "MergeContext", "NoUpdate", "SplitContext", "UpdateContext",
@@ -438,7 +438,7 @@ class MergeContext:
             leaves = graphlib._flat_leaves(
                 [p for p, _ in _graphdef.var_def_paths(defs)], states, "merge")
         else:
-            leaves = _legacy._leaves_from_states(defs, states, "merge")
+            leaves = _ops._leaves_from_states(defs, states, "merge")
         ctx = _update_ctx(self.ctxtag)
         idxmap: dict[int, tp.Any] | None = None
         outer_refs = ctx.outer_index_outer_ref if ctx is not None else None

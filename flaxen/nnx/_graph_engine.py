@@ -39,8 +39,8 @@ from flaxen.nnx._graphdef import (
     VariableDef,
     freeze,
 )
-from flaxen.nnx.state import State, _sort_keys
-from flaxen.nnx.variables import Variable, VariableState
+from flaxen.nnx.statelib import State, _sort_keys
+from flaxen.nnx.variablelib import Variable, VariableState
 
 _current_trace = _trace.current_trace
 _EPOCH = _trace._EPOCH
@@ -251,9 +251,10 @@ def flatten_cached(roots: tuple, intern: tp.Callable[[FlatGraph, FlatGraph | Non
     """:func:`flatten` with reuse: the Python walk runs only when the structure changed.
 
     ``intern`` is called on each fresh walk with the previous walk of the same roots (or
-    None), so the caller can reuse the previous GraphDef object when it is equal.
+    None), so the caller can reuse the previous GraphDef object when it is equal. Walks are
+    cached per ``intern`` function: each kind of GraphDef keeps its own entries.
     """
-    key = tuple(map(id, roots))
+    key = (intern, *map(id, roots))
     fg = _cache.get(key)
     if fg is not None:
         for a, b in zip(_cache_roots[key], roots):

@@ -85,7 +85,7 @@ jax.tree_util.register_pytree_node(GraphDef, lambda g: ((), g), lambda g, _: g)
 class _ApplyCaller:
     __slots__ = ("_graphdef", "_states")
 
-    def __init__(self, graphdef: GraphDef, states: tuple) -> None:
+    def __init__(self, graphdef: tp.Any, states: tuple) -> None:  # either face's GraphDef
         self._graphdef = graphdef
         self._states = states
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import jax
 
-from flaxen.nnx.state import State
+from flaxen.nnx.statelib import State
 
 __all__ = ["GraphState"]
 

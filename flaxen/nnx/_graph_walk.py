@@ -26,7 +26,7 @@ from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import filterlib
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._modes import set_graph_mode
-from flaxen.nnx.variables import Variable, is_array_ref
+from flaxen.nnx.variablelib import Variable, is_array_ref
 
 __all__ = ["find_duplicates", "iter_children", "iter_graph", "iter_modules", "recursive_map"]
 
@@ -133,6 +133,7 @@ def iter_graph(node: tp.Any, /, *, graph: bool | None = None
 def iter_modules(module: tp.Any, /, *, graph: bool | None = None
                  ) -> tp.Iterator[tuple[tuple, tp.Any]]:
     """``(path, module)`` for every Module under ``module`` (children first)."""
+    # upward: only iter_modules needs the Module class, which sits above the walkers
     from flaxen.nnx.module import Module
 
     for path, x in iter_graph(module, graph=graph):

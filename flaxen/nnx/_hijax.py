@@ -31,8 +31,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flaxen.nnx import _trace, variables
-from flaxen.nnx.variables import MISSING, Variable, is_array_ref
+from flaxen.nnx import _trace
+from flaxen.nnx import variablelib as variables
+from flaxen.nnx.variablelib import MISSING, Variable, is_array_ref
 
 _TYPE_KEY = "_var_type"  # hidden metadata entry: the Variable type a HijaxVariable stands for
 
@@ -195,4 +196,3 @@ def _has_key(container: tp.Any, key: tp.Any) -> bool:
     return True
 
 
-variables._HIJAX[0] = HijaxVariable.from_variable

@@ -34,10 +34,10 @@ import numpy as np
 
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx._graph_node import GraphNode
+from flaxen.nnx._graph_ops import GraphDef as ApiGraphDef
+from flaxen.nnx._graph_ops import _intern
 from flaxen.nnx._graphdef import GraphDef, var_def_paths
-from flaxen.nnx.graph import GraphDef as ApiGraphDef
-from flaxen.nnx.graph import _intern
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.variablelib import Variable
 
 _flatten = jax.tree_util.tree_flatten
 _setattr = object.__setattr__

@@ -36,7 +36,7 @@ from flaxen.errors import InvalidNNXValueError
 from flaxen.nnx import filterlib
 from flaxen.nnx._graph_node import GraphNode, new_node
 from flaxen.nnx.rnglib import RngCount, RngKey, Rngs, RngStream, RngValue, _zero_counts
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.variablelib import Variable
 
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
 Shape = int | tuple[int, ...]

@@ -30,7 +30,7 @@ from flaxen.nnx import _contexts
 from flaxen.nnx._contexts import MergeContext, SplitContext
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx.graphlib import iter_graph
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.variablelib import Variable
 
 __all__ = [
     "NodeStates", "check_consistent_aliasing", "clear_non_graph_nodes", "default_split_fn",

@@ -22,7 +22,7 @@ import typing as tp
 from flaxen.nnx import filterlib
 from flaxen.nnx._graph_engine import flatten_pytree, is_pytree_node, unflatten_pytree
 from flaxen.nnx._graph_node import GraphNode, new_node
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.variablelib import Variable
 
 A = tp.TypeVar("A")
 Path = tuple[tp.Any, ...]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import typing as tp
 
-from flaxen.nnx.variables import BatchStat, Cache, Intermediate, Param, Variable
+from flaxen.nnx.variablelib import BatchStat, Cache, Intermediate, Param, Variable
 
 T = tp.TypeVar("T", bound=type)
 

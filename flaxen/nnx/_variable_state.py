@@ -112,6 +112,7 @@ class VariableState(tp.Generic[A]):
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
+        # upward: reprs are drawn by visualization, which sits above what it draws
         from flaxen.nnx.visualization import variable_state_repr
 
         shown = _make_state(self.type, self.value, without_required(self._var_metadata))

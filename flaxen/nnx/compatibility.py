@@ -40,12 +40,12 @@ from flaxen import linen
 from flaxen.core import meta
 from flaxen.core.frozen_dict import FrozenDict
 from flaxen.errors import NNXInteropError
+from flaxen.nnx import _graph_ops as graphlib
 from flaxen.nnx import filterlib
-from flaxen.nnx import graph as graphlib
 from flaxen.nnx.module import Module
 from flaxen.nnx.rnglib import Rngs, RngState
-from flaxen.nnx.state import State
-from flaxen.nnx.variables import BatchStat, Cache, Intermediate, Param, Variable
+from flaxen.nnx.statelib import State
+from flaxen.nnx.variablelib import BatchStat, Cache, Intermediate, Param, Variable
 
 M = tp.TypeVar("M", bound=Module)
 

@@ -5,11 +5,11 @@ objects as a graph with the engine of :mod:`flaxen.nnx._graph_engine`: shared Va
 modules are kept shared, cycles are allowed. ``graph=False`` (tree mode) treats the object as
 a plain JAX pytree (``nnx.Pytree`` is registered as one) and rejects shared references.
 
-Unlike Flax 0.8.3's ``split`` (:mod:`flaxen.nnx.graph`, kept for
-``flaxen.experimental.nnx``), the State returned here holds the Variables themselves, and
-``merge`` puts the given Variables into the new object graph: no copies. The walkers that
-need no split (``iter_graph``, ``recursive_map``, ...) live in :mod:`flaxen.nnx._graph_walk`
-and ``GraphState`` in :mod:`flaxen.nnx._graph_state`; both are re-exported here.
+Unlike Flax 0.8.3's ``split`` (:mod:`flaxen.experimental.nnx.graph`), the State returned
+here holds the Variables themselves, and ``merge`` puts the given Variables into the new
+object graph: no copies. The walkers that need no split (``iter_graph``,
+``recursive_map``, ...) live in :mod:`flaxen.nnx._graph_walk` and ``GraphState`` in
+:mod:`flaxen.nnx._graph_state`; both are re-exported here.
 
 >>> from flaxen import nnx
 >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
@@ -30,8 +30,16 @@ import jax
 from flaxen import traceback_util
 from flaxen.nnx import _codegen, _graphdef, filterlib
 from flaxen.nnx import _graph_engine as eng
-from flaxen.nnx import graph as _legacy
+from flaxen.nnx import _graph_ops as _ops
 from flaxen.nnx._graph_node import GraphNode
+from flaxen.nnx._graph_ops import (
+    PytreeType,
+    RefMap,
+    compose_mapping,
+    compose_mapping_reversed,
+    graph_update_static,
+    is_node,
+)
 from flaxen.nnx._graph_state import (  # a State bundled with its GraphDef
     GraphState,
     _gs_flatten,  # noqa: F401 - GraphState's pytree functions, kept importable from here
@@ -57,21 +65,12 @@ from flaxen.nnx._graph_walk import (  # walking a graph without splitting it
 )
 from flaxen.nnx._graphdef import NodeDef, NodeRef, VariableDef
 from flaxen.nnx._modes import set_graph_mode, set_graph_updates
-from flaxen.nnx.graph import (
-    PytreeType,
-    RefMap,
-    UpdateContext,
-    compose_mapping,
-    compose_mapping_reversed,
-    graph_update_static,
-    is_node,
-)
-from flaxen.nnx.state import FlatState, State
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.statelib import FlatState, State
+from flaxen.nnx.variablelib import Variable
 
 __all__ = [
     "FlatState", "GraphDef", "NodeDef", "NodeRef", "PytreeType", "RefMap", "TreeNodeDef",
-    "UpdateContext", "VariableDef", "call", "clone", "compose_mapping",
+    "VariableDef", "call", "clone", "compose_mapping",
     "compose_mapping_reversed", "find_duplicates", "flatten", "graph_update_static",
     "graphdef", "is_graph_node", "is_node", "iter_children", "iter_graph", "iter_modules",
     "merge", "pop", "recursive_map", "set_graph_mode", "set_graph_updates", "split", "state",
@@ -90,7 +89,7 @@ def is_graph_node(x: tp.Any) -> bool:
 
 # -- graph definitions ---------------------------------------------------------------------
 
-class GraphDef(_legacy.GraphDef[Node]):
+class GraphDef(_graphdef.GraphDef[Node]):
     """The static half of a graph-mode split (hashable, a pytree without leaves).
 
     ``outer_index`` (set by ``flatten(..., ref_outer_index=...)``) maps this walk's object
@@ -106,7 +105,7 @@ class GraphDef(_legacy.GraphDef[Node]):
         # the generated fast path (see _codegen), built on the third use, for States of
         # Variables
         self._uses += 1
-        if self._uses == _legacy._COMPILE_AT:
+        if self._uses == _ops._COMPILE_AT:
             self._states_fn = _codegen.make_states_fn(self.defs, variables=True)
             self._merge_fn = _codegen.make_merge_fn(self.defs, variables=True)
 
@@ -117,7 +116,7 @@ class GraphDef(_legacy.GraphDef[Node]):
     def merge(self, state: tp.Any, /, *states: tp.Any) -> Node:  # type: ignore[override]
         return merge(self, state, *states)
 
-    def apply(self, state: tp.Any, /, *states: tp.Any) -> _legacy._ApplyCaller:
+    def apply(self, state: tp.Any, /, *states: tp.Any) -> _ops._ApplyCaller:
         return _ApplyCaller(self, (state, *states))
 
 
@@ -127,7 +126,7 @@ jax.tree_util.register_pytree_node(GraphDef, lambda g: ((), g), lambda g, _: g)
 PureState = tuple[GraphDef[A], State]
 
 
-class _ApplyCaller(_legacy._ApplyCaller):
+class _ApplyCaller(_ops._ApplyCaller):
     __slots__ = ()
 
     def _call(self, name: str | None, args: tuple, kwargs: dict) -> tuple:
@@ -196,7 +195,7 @@ class TreeGraphDef(tp.Generic[Node]):
     def merge(self, state: tp.Any, /, *states: tp.Any) -> Node:
         return merge(self, state, *states)
 
-    def apply(self, state: tp.Any, /, *states: tp.Any) -> _legacy._ApplyCaller:
+    def apply(self, state: tp.Any, /, *states: tp.Any) -> _ops._ApplyCaller:
         return _ApplyCaller(self, (state, *states))  # type: ignore[arg-type]
 
 
@@ -210,16 +209,10 @@ def _intern(new: eng.FlatGraph, old: eng.FlatGraph | None) -> None:
     new.graphdef = gd
 
 
-_CACHE_KEY = object()  # keeps today's cached walks apart from the 0.8.3 face's
-
-
 def _walk(node: tp.Any) -> eng.FlatGraph:
-    return eng.flatten_cached((node, _CACHE_KEY), _intern2)
-
-
-def _intern2(new: eng.FlatGraph, old: eng.FlatGraph | None) -> None:
-    new.defs = new.defs[:1]
-    _intern(new, old)
+    # cached per intern function, so today's walks (GraphDef of this module) and the copying
+    # operations' walks (their own GraphDef) of the same node never share an entry
+    return eng.flatten_cached((node,), _intern)
 
 
 # -- tree mode -----------------------------------------------------------------------------
@@ -279,7 +272,7 @@ def _nest(paths: tp.Sequence[tuple], leaves: tp.Sequence[tp.Any]) -> State:
                 nxt = d[k] = {}
             d = nxt
         d[path[-1]] = leaf
-    return _legacy._to_state(root)
+    return _ops._to_state(root)
 
 
 def _root_is_leaf(gd: tp.Any) -> bool:
@@ -338,7 +331,7 @@ def split(node: A, *filters: filterlib.Filter, graph: bool | None = None) -> tup
         fn = gd._states_fn
         if fn is not None and not fg.has_arrays:
             return gd, fn(fg.leaves)
-        if gd._uses < _legacy._COMPILE_AT:
+        if gd._uses < _ops._COMPILE_AT:
             gd._compile()
         return gd, _nest(fg.paths, fg.leaves)
     gd, paths, leaves = _split_parts(node, graph)
@@ -417,7 +410,7 @@ def merge(graphdef: tp.Any, state: tp.Any = _NO_STATE, /, *states: tp.Any,
             node = fn(state)
             if node is not _codegen.MISS:
                 return node
-        elif graphdef._uses < _legacy._COMPILE_AT:
+        elif graphdef._uses < _ops._COMPILE_AT:
             graphdef._compile()
     if isinstance(graphdef, GraphState):
         graphdef, all_states = _merge_graph_states((graphdef, state, *states)
@@ -447,7 +440,7 @@ def merge(graphdef: tp.Any, state: tp.Any = _NO_STATE, /, *states: tp.Any,
         leaves = _flat_leaves([p for p, _ in _graphdef.var_def_paths(defs)], all_states,
                               "merge")
     else:
-        leaves = _legacy._leaves_from_states(defs, all_states, "merge")
+        leaves = _ops._leaves_from_states(defs, all_states, "merge")
     return eng.unflatten(defs[:1], leaves)[0][0]
 
 
@@ -478,7 +471,7 @@ def unflatten(graphdef: tp.Any, state: tp.Any, /, *, index_ref: dict | None = No
                 f"Incorrect number of leaves: the graph definition has {expected} leaves, "
                 f"the state {len(counted)}. Pass the state that nnx.split returned with it.")
     if isinstance(state, Mapping) and isinstance(graphdef, _graphdef.GraphDef):
-        leaves = _legacy._leaves_from_states(graphdef.defs[:1], (state,), "unflatten")
+        leaves = _ops._leaves_from_states(graphdef.defs[:1], (state,), "unflatten")
         state = leaves
     elif isinstance(state, Mapping):
         state = _flat_leaves(graphdef.nodes[0].paths, (state,), "unflatten")
@@ -528,7 +521,7 @@ def update(node: tp.Any, state: tp.Any, /, *states: tp.Any) -> None:
         return
     flat = [s.to_nested_state() if isinstance(s, FlatState)
             else (s._state if isinstance(s, GraphState) else s) for s in (state, *states)]
-    _legacy.update(node, *flat)
+    _ops.update(node, *flat)
 
 
 @traceback_util.api_boundary
@@ -791,13 +784,15 @@ def _args_doc(doc: str) -> dict[str, list[str]]:
 
 _CONTEXT_NAMES = frozenset({
     "ArrayRefOutput", "MergeContext", "NO_UPDATE", "NoUpdate", "SplitContext",
-    "current_update_context", "merge_context", "split_context", "update_context"})
+    "UpdateContext", "current_update_context", "merge_context", "split_context",
+    "update_context"})
 
 
 def __getattr__(name: str) -> tp.Any:
-    # today's split/merge/update contexts live in _contexts (which imports this module)
     if name in _CONTEXT_NAMES:
+        # upward: today's split/merge/update contexts live in _contexts, which imports this
         from flaxen.nnx import _contexts
 
         return getattr(_contexts, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+

@@ -30,9 +30,9 @@ from flaxen.errors import SetAttributesNotFoundError, SowTypeError
 from flaxen.nnx import _trace, filterlib
 from flaxen.nnx._capture import CAPTURES, capture, put, store_for
 from flaxen.nnx._graph_node import GraphNode
-from flaxen.nnx.graph import iter_graph, merge, split
+from flaxen.nnx._graph_ops import iter_graph
 from flaxen.nnx.pytreelib import Pytree, _is_tag, has_data, is_data
-from flaxen.nnx.variables import Intermediate, Variable
+from flaxen.nnx.variablelib import Intermediate, Variable
 
 M = tp.TypeVar("M", bound="Module")
 
@@ -54,6 +54,8 @@ class Module(Pytree):
     (pytree children), everything else static. ``class M(nnx.Module, pytree=False)`` keeps
     it out of ``jax.tree_util``.
     """
+
+    _nnx_base_module = True  # capture wraps methods of subclasses only
 
     def sow(
         self,
@@ -98,7 +100,7 @@ class Module(Pytree):
         import jax.numpy as jnp
 
         if variable_type is None:
-            from flaxen.nnx import variables as _v
+            from flaxen.nnx import variablelib as _v
 
             variable_type = getattr(_v, "Perturbation", Intermediate)
         variable_type = _variable_type(variable_type)
@@ -184,68 +186,6 @@ def _variable_type(t: tp.Any) -> type:
 
         return variable_type_from_name(t, allow_register=True)
     return t
-
-
-class LegacyModule(Module, pytree=False):
-    """``Module`` as Flax 0.8.3 had it (the ``flaxen.experimental.nnx`` face): not a JAX
-    pytree unless declared with ``experimental_pytree=True``, no data/static checks, and a
-    ``split`` method."""
-
-    def __init_subclass__(cls, experimental_pytree: bool = False, **kwargs: tp.Any) -> None:
-        kwargs.setdefault("pytree", False)
-        super().__init_subclass__(**kwargs)
-        if experimental_pytree:
-            jax.tree_util.register_pytree_with_keys(
-                cls, _module_flatten_with_keys,
-                _module_unflatten,  # type: ignore[arg-type]  # jax passes children as a tuple
-                flatten_func=_module_flatten)
-
-    def __post_init__(self) -> None:
-        # a dataclass Module runs ``setup`` (when it defines one) after its generated __init__
-        setup = getattr(self, "setup", None)
-        if callable(setup):
-            setup()
-
-    def split(self, *filters: filterlib.Filter) -> tuple:
-        """``nnx.split(self, *filters)`` (the spec's method form)."""
-        return split(self, *filters)
-
-    def iter_modules(self) -> tp.Iterator[tuple[tuple, Module]]:
-        """``(path, module)`` for every Module reachable from this one (itself first)."""
-        for path, obj in iter_graph(self):
-            if isinstance(obj, Module):
-                yield path, obj
-
-    def set_attributes(self, *filters: filterlib.Filter, raise_if_not_found: bool = True,
-                       **attributes: tp.Any) -> None:
-        """Sets ``attributes`` on every submodule (matching ``filters``) that has them."""
-        preds = [filterlib.to_predicate(f) for f in filters]
-        remaining = set(attributes)
-        for path, module in self.iter_modules():
-            if preds and not any(p(path, module) for p in preds):
-                continue
-            for name, value in attributes.items():
-                if name in module.__dict__:
-                    setattr(module, name, value)
-                    remaining.discard(name)
-        if remaining and raise_if_not_found:
-            raise SetAttributesNotFoundError(
-                "", f"set_attributes on {type(self).__name__}: Could not find at least one "
-                f"instance of the following attributes: {remaining}")
-
-
-def _module_flatten(m: Module) -> tuple[tuple, tp.Any]:
-    gd, st = split(m)
-    return (st,), gd
-
-
-def _module_flatten_with_keys(m: Module) -> tuple[tuple, tp.Any]:
-    gd, st = split(m)
-    return ((jax.tree_util.GetAttrKey("state"), st),), gd
-
-
-def _module_unflatten(gd: tp.Any, children: tp.Sequence[tp.Any]) -> Module:
-    return merge(gd, children[0])
 
 
 class _InitCaller:
@@ -448,4 +388,4 @@ def _accepts(fn: tp.Any, name: str) -> bool:
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
-__all__ = ["Dict", "Intermediate", "LegacyModule", "List", "Module", "Sequential", "capture"]
+__all__ = ["Dict", "Intermediate", "List", "Module", "Sequential", "capture"]

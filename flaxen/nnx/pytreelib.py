@@ -36,7 +36,7 @@ import numpy as np
 
 from flaxen.nnx import _trace
 from flaxen.nnx._graph_node import GraphNode
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.variablelib import Variable
 
 A = tp.TypeVar("A")
 T = tp.TypeVar("T", bound=type)
@@ -192,6 +192,7 @@ class PytreeState:
 
     @property
     def initializing(self) -> bool:
+        # upward: Module subclasses Pytree; looked up when a Pytree needs it
         from flaxen.nnx import module
 
         return module._INITIALIZING[0]
@@ -407,7 +408,7 @@ class Pytree(GraphNode, metaclass=PytreeMeta):
 
     # -- copying ---------------------------------------------------------------------------
     def __deepcopy__(self, memo: dict | None = None) -> tp.Any:
-        from flaxen.nnx import graph
+        from flaxen.nnx import _graph_ops as graph
 
         return graph.clone(self)  # Variables copied, arrays (immutable) shared
 

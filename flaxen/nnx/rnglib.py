@@ -33,8 +33,8 @@ from flaxen.errors import NNXArgumentError, RngStreamNotFoundError, TraceContext
 from flaxen.nnx import filterlib
 from flaxen.nnx._trace import current_trace as _current_trace
 from flaxen.nnx.pytreelib import Pytree
-from flaxen.nnx.state import State
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.statelib import State
+from flaxen.nnx.variablelib import Variable
 
 SplitPattern = int | tuple[int, ...] | None
 RngValue = int | jax.Array
@@ -396,9 +396,9 @@ _GRAPH_OPS = ("SplitBackups", "backup_keys", "fork_rngs", "reseed", "restore_rng
 
 
 def __getattr__(name: str) -> tp.Any:
-    # Flax's path nnx.rnglib.split_rngs (and friends): they live in _rng_ops, which imports
-    # this module, so they are looked up on first use rather than imported here
     if name in _GRAPH_OPS:
+        # upward: Flax's path nnx.rnglib.split_rngs (and friends): they live in _rng_ops,
+        # which imports this module, so they are looked up on first use
         from flaxen.nnx import _rng_ops
 
         return getattr(_rng_ops, name)

@@ -31,7 +31,7 @@ from flaxen.nnx._sharding import (
     get_logical_axis_rules,
     logical_axis_rules,
 )
-from flaxen.nnx.variables import Variable, VariableState, with_metadata
+from flaxen.nnx.variablelib import Variable, VariableState, with_metadata
 
 A = tp.TypeVar("A")
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
@@ -265,7 +265,7 @@ def as_abstract(tree: A, graph: bool | None = None) -> A:
     """A copy of ``tree`` (e.g. from ``nnx.eval_shape``) whose annotated abstract Variables'
     ``ShapeDtypeStruct`` s carry the ``NamedSharding`` their ``out_sharding`` asks for (on
     their ``mesh`` metadata, else the mesh set by ``jax.set_mesh``)."""
-    from flaxen.nnx import graph as graphlib
+    from flaxen.nnx import _graph_ops as graphlib
 
     if isinstance(tree, Variable):
         new = _abstract_value(tree)
@@ -286,7 +286,9 @@ def get_abstract_model(init_fn: tp.Callable[[], tp.Any], mesh: Mesh, *,
                        graph: bool | None = None) -> tuple[tp.Any, tp.Any]:
     """``(graphdef, abstract_state)`` of the model ``init_fn`` builds, without computing it:
     each state leaf a ``ShapeDtypeStruct`` carrying its ``NamedSharding`` on ``mesh``."""
-    from flaxen.nnx import graph as graphlib
+    from flaxen.nnx import _graph_ops as graphlib
+
+    # upward: an abstract model is built with nnx.eval_shape, a transform above this file
     from flaxen.nnx.transforms import eval_shape
 
     with jax.set_mesh(mesh):

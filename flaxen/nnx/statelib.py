@@ -29,7 +29,7 @@ import jax
 
 from flaxen.errors import GraphStateMismatchError, NNXFilterError
 from flaxen.nnx import _treescope, filterlib
-from flaxen.nnx.variables import Variable, VariableState, _leaves_equal
+from flaxen.nnx.variablelib import Variable, VariableState, _leaves_equal
 
 Key = tp.Hashable
 Path = tuple[Key, ...]
@@ -112,6 +112,7 @@ class State(MutableMapping):
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
+        # upward: reprs are drawn by visualization, which sits above the States it draws
         from flaxen.nnx.visualization import state_repr
 
         return state_repr(self)

@@ -31,10 +31,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flaxen.nnx import graph as graphlib
+from flaxen.nnx import _graph_ops as graphlib
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx.rnglib import RngState, RngStream
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.variablelib import Variable
 
 __all__ = ["CallInfo", "tabulate"]
 

@@ -46,7 +46,7 @@ from flaxen.nnx._variable_state import (
 __all__ = [
     "EMPTY", "MISSING", "BatchStat", "Cache", "Empty", "Intermediate", "Param", "Perturbation",
     "VarDefaults", "VarDefaultsContext", "Variable", "VariableMetadata", "VariableState",
-    "HijaxVariable", "is_array_ref", "use_eager_sharding", "using_eager_sharding", "var_defaults",
+    "is_array_ref", "use_eager_sharding", "using_eager_sharding", "var_defaults",
     "with_metadata", "_leaves_equal",
 ]
 
@@ -165,13 +165,17 @@ class VariableMeta(type):
 
     def __call__(cls, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         var = super().__call__(*args, **kwargs)
-        if var._var_metadata.get("hijax") and _HIJAX[0] is not None:
-            return _HIJAX[0](var)
+        if var._var_metadata.get("hijax"):
+            return _to_hijax(var)
         return var
 
 
-# set by flaxen.nnx._hijax on import: Variable -> HijaxVariable
-_HIJAX: list[tp.Callable[[tp.Any], tp.Any] | None] = [None]
+def _to_hijax(var: tp.Any) -> tp.Any:
+    # upward: the hijax form subclasses Variable (defined in this file), so its file sits
+    # above this one and is loaded on the first hijax Variable
+    from flaxen.nnx._hijax import HijaxVariable
+
+    return HijaxVariable.from_variable(var)
 
 
 class Variable(ArrayOps, tp.Generic[A], metaclass=VariableMeta):
@@ -532,8 +536,8 @@ class Variable(ArrayOps, tp.Generic[A], metaclass=VariableMeta):
         ('Param', 'a')
         """
         var = cls._new(value, dict(metadata))
-        if metadata.get("hijax") and _HIJAX[0] is not None:
-            return _HIJAX[0](var)
+        if metadata.get("hijax"):
+            return _to_hijax(var)
         return var
 
     def copy(self, value: tp.Any = MISSING, *, _copy_ref: bool = True, **updates: tp.Any
@@ -627,6 +631,7 @@ class Variable(ArrayOps, tp.Generic[A], metaclass=VariableMeta):
             hook(index, name)
 
     def __repr__(self) -> str:
+        # upward: reprs are drawn by visualization, which sits above the Variables it draws
         from flaxen.nnx.visualization import variable_repr
 
         meta = {k: v for k, v in self._var_metadata.items()
@@ -772,5 +777,10 @@ def with_metadata(
     return wrapped
 
 
-# the hijax form (registers itself in _HIJAX); imported last: it subclasses Variable
-from flaxen.nnx._hijax import HijaxVariable  # noqa: E402
+def __getattr__(name: str) -> tp.Any:
+    if name == "HijaxVariable":
+        # upward: see _to_hijax; Flax's variablelib names the hijax classes
+        from flaxen.nnx import _hijax
+
+        return getattr(_hijax, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

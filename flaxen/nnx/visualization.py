@@ -64,7 +64,7 @@ def variable_counts(module: tp.Any) -> str:
     import numpy as np
 
     from flaxen.nnx._graph_walk import iter_graph
-    from flaxen.nnx.variables import Variable
+    from flaxen.nnx.variablelib import Variable
 
     groups: dict[str, list[int]] = {}
     # graph mode: shared Variables are visited (and counted) once

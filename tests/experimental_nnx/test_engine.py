@@ -11,8 +11,8 @@ import pytest
 
 from flaxen import errors
 from flaxen.experimental import nnx
+from flaxen.experimental.nnx.graph import PytreeType
 from flaxen.nnx import _graphdef
-from flaxen.nnx.graph import PytreeType
 
 
 def test_graphdef_is_typed_static_pytree_metadata():

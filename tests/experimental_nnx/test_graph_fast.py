@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from flaxen.experimental import nnx
-from flaxen.nnx import graph as graph_mod
+from flaxen.nnx import _graph_ops as graph_mod
 from flaxen.nnx import rnglib
 
 

@@ -21,14 +21,15 @@ from flaxen.nnx import training as training
 from flaxen.nnx import transforms as transforms
 from flaxen.nnx import visualization as visualization
 
-from flaxen.nnx import errors, filterlib, graph
+from flaxen.nnx import errors, filterlib
+from flaxen.experimental.nnx import graph as graph
 from flaxen.nnx import rnglib as rnglib
 from flaxen.experimental.nnx import _spmd as spmd
-from flaxen.nnx import variables as variables
-from flaxen.nnx._vmap_scan import Jit, Remat, Scan, Vmap, scan, vmap
+from flaxen.nnx import variablelib as variables
+from flaxen.experimental.nnx._vmap_scan import Jit, Remat, Scan, Vmap, scan, vmap
 from flaxen.nnx.errors import TraceContextError
 from flaxen.nnx.filterlib import All, Any, Everything, Not, Nothing, OfType, PathContains, WithTag
-from flaxen.nnx.graph import (
+from flaxen.experimental.nnx.graph import (
     GraphDef,
     GraphNode,
     UpdateContext,
@@ -39,9 +40,9 @@ from flaxen.nnx.graph import (
     state,
     update,
 )
-from flaxen.nnx.graph import graphdef as graphdef
+from flaxen.experimental.nnx.graph import graphdef as graphdef
 from flaxen.nnx.module import Dict, List, Sequential
-from flaxen.nnx.module import LegacyModule as Module
+from flaxen.experimental.nnx._legacy_module import LegacyModule as Module
 from flaxen.nnx.nn.attention import MultiHeadAttention
 from flaxen.nnx.nn.linear import Conv, Einsum, Embed, Linear, LinearGeneral
 from flaxen.experimental.nnx._norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm
@@ -55,13 +56,13 @@ from flaxen.experimental.nnx._spmd import (
     with_partitioning,
     with_sharding_constraint,
 )
-from flaxen.nnx.state import State
+from flaxen.nnx.statelib import State
 from flaxen.nnx.training import metrics as metrics
 from flaxen.nnx.training.metrics import Accuracy, Average, Metric, MultiMetric
 from flaxen.experimental.nnx._optimizer import Optimizer
 from flaxen.nnx.training.optimizer import OptState
-from flaxen.nnx.transforms.legacy import eval_shape, grad, jit, remat, value_and_grad
-from flaxen.nnx.variables import (
+from flaxen.experimental.nnx.transforms import eval_shape, grad, jit, remat, value_and_grad
+from flaxen.nnx.variablelib import (
     EMPTY,
     BatchStat,
     Cache,

@@ -21,13 +21,14 @@ import jax.numpy as jnp
 import optax
 
 from flaxen.errors import GraphStateMismatchError, NNXFilterError
+from flaxen.experimental.nnx._legacy_module import LegacyModule
+from flaxen.experimental.nnx.graph import state as _state
+from flaxen.experimental.nnx.graph import update as _update
 from flaxen.nnx import filterlib
-from flaxen.nnx.graph import state as _state
-from flaxen.nnx.graph import update as _update
-from flaxen.nnx.module import LegacyModule, Module
-from flaxen.nnx.state import State
+from flaxen.nnx.module import Module
+from flaxen.nnx.statelib import State
 from flaxen.nnx.training.optimizer import OptArray, OptState
-from flaxen.nnx.variables import Param, VariableState
+from flaxen.nnx.variablelib import Param, VariableState
 
 try:  # today's Pytree tells data attributes from static ones (nnx.data)
     from flaxen.nnx.pytreelib import data as _data

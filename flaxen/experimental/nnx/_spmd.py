@@ -20,8 +20,8 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from flaxen.nnx.spmd import PARTITION_NAME, with_sharding_constraint
-from flaxen.nnx.state import State
-from flaxen.nnx.variables import VariableState, with_metadata
+from flaxen.nnx.statelib import State
+from flaxen.nnx.variablelib import VariableState, with_metadata
 
 
 def with_partitioning(initializer: tp.Callable[..., tp.Any], sharding: tp.Sequence[tp.Any],

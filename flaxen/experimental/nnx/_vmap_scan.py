@@ -25,12 +25,12 @@ import numpy as np
 
 from flaxen import traceback_util
 from flaxen.errors import NNXArgumentError, NNXTransformError
+from flaxen.experimental.nnx.transforms import jit, remat
 from flaxen.nnx import _lift, filterlib
 from flaxen.nnx._graphdef import var_def_paths
 from flaxen.nnx.module import Module
 from flaxen.nnx.rnglib import RngKey, RngState
-from flaxen.nnx.transforms.legacy import jit, remat
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.variablelib import Variable
 
 PARTITION_NAME = "partition_name"
 _DEFAULT_STATE_AXES: tp.Mapping[filterlib.Filter, int | None] = {...: 0}

@@ -23,7 +23,6 @@ True
 from __future__ import annotations
 
 import functools
-import inspect
 import typing as tp
 
 import jax

@@ -42,13 +42,13 @@ import numpy as np
 from flaxen import errors
 from flaxen.core import meta
 from flaxen.core.frozen_dict import FrozenDict
-from flaxen.nnx import graph as graphlib
+from flaxen.nnx import _graph_ops as graphlib
 from flaxen.nnx import module as nnx_module
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._variable_names import variable_name_from_type, variable_type_from_name
 from flaxen.nnx.bridge import variables as bv
 from flaxen.nnx.rnglib import Rngs, RngState
-from flaxen.nnx.variables import Param, Variable, VariableMetadata
+from flaxen.nnx.variablelib import Param, Variable, VariableMetadata
 
 A = tp.TypeVar("A")
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])

@@ -27,7 +27,7 @@ from flaxen import struct
 from flaxen.core import meta
 from flaxen.nnx import spmd
 from flaxen.nnx._variable_names import variable_name_from_type, variable_type_from_name
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.variablelib import Variable
 
 A = tp.TypeVar("A")
 

@@ -37,12 +37,12 @@ import jax
 from flaxen import linen
 from flaxen.core import meta
 from flaxen.core.frozen_dict import FrozenDict
-from flaxen.nnx import graph as graphlib
+from flaxen.nnx import _graph_ops as graphlib
 from flaxen.nnx._variable_names import variable_name_from_type
 from flaxen.nnx.bridge import variables as bv
 from flaxen.nnx.module import Module
 from flaxen.nnx.rnglib import Rngs, RngState
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.variablelib import Variable
 
 M = tp.TypeVar("M", bound=Module)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typing as tp
 
-from flaxen.nnx.variables import Param
+from flaxen.nnx.variablelib import Param
 
 _data_marker: tp.Callable[..., tp.Any] | None
 try:  # today's Pytree marks data attributes explicitly; older engines need no marker

@@ -23,8 +23,8 @@ import typing as tp
 import jax
 import jax.numpy as jnp
 
+from flaxen.nnx import _graph_ops as graphlib
 from flaxen.nnx import filterlib
-from flaxen.nnx import graph as graphlib
 from flaxen.nnx.module import Module
 from flaxen.nnx.nn._common import data
 from flaxen.nnx.rnglib import Rngs, RngStream

@@ -19,7 +19,7 @@ from flaxen.layer_math.activations import *  # noqa: F403
 from flaxen.nnx.module import Module
 from flaxen.nnx.nn import dtypes
 from flaxen.nnx.nn._common import metadata
-from flaxen.nnx.variables import Param
+from flaxen.nnx.variablelib import Param
 from flaxen.typing import Dtype
 
 Array = jax.Array

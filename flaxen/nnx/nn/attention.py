@@ -34,7 +34,7 @@ from flaxen.nnx.nn._common import data
 from flaxen.nnx.nn.linear import LinearGeneral, default_kernel_init
 from flaxen.nnx.nn.normalization import LayerNorm
 from flaxen.nnx.rnglib import Rngs, RngStream
-from flaxen.nnx.variables import Cache, Intermediate
+from flaxen.nnx.variablelib import Cache, Intermediate
 from flaxen.typing import Dtype, Initializer, PrecisionLike, Shape
 
 Array = jax.Array

@@ -35,7 +35,7 @@ from flaxen.nnx.module import Module
 from flaxen.nnx.nn import dtypes
 from flaxen.nnx.nn._common import _value, data, metadata, new_param
 from flaxen.nnx.rnglib import Rngs
-from flaxen.nnx.variables import Param
+from flaxen.nnx.variablelib import Param
 from flaxen.typing import DotGeneralT, Dtype, Initializer, PrecisionLike, Shape
 
 Array = jax.Array

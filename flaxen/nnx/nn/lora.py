@@ -25,7 +25,7 @@ from flaxen.nnx.nn import dtypes
 from flaxen.nnx.nn._common import new_param
 from flaxen.nnx.nn.linear import Linear
 from flaxen.nnx.rnglib import Rngs
-from flaxen.nnx.variables import Param, Variable
+from flaxen.nnx.variablelib import Param, Variable
 from flaxen.typing import Dtype, Initializer
 
 __all__ = ["LoRA", "LoRALinear", "LoRAParam"]

@@ -31,7 +31,7 @@ from flaxen.nnx.module import Module
 from flaxen.nnx.nn import dtypes
 from flaxen.nnx.nn._common import _value, new_param
 from flaxen.nnx.rnglib import Rngs
-from flaxen.nnx.variables import BatchStat
+from flaxen.nnx.variablelib import BatchStat
 from flaxen.typing import Axes, Dtype, Initializer
 
 Array = jax.Array

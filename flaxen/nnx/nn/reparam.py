@@ -32,7 +32,7 @@ from flaxen.nnx import filterlib
 from flaxen.nnx.module import Module
 from flaxen.nnx.nn._common import data
 from flaxen.nnx.rnglib import Rngs
-from flaxen.nnx.variables import BatchStat, Param
+from flaxen.nnx.variablelib import BatchStat, Param
 from flaxen.typing import Axes, Dtype, Initializer
 
 Array = jax.Array
@@ -45,7 +45,7 @@ def _l2_normalize(x: Array, axis: tp.Any = None, eps: float = 1e-12) -> Array:
 
 
 def _params(layer: tp.Any) -> list[tuple[tuple, Param]]:
-    from flaxen.nnx.graph import iter_graph  # the graph walk (engine level)
+    from flaxen.nnx._graph_ops import iter_graph  # the graph walk (engine level)
 
     return [(path, v) for path, v in iter_graph(layer) if isinstance(v, Param)]
 

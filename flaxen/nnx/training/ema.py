@@ -22,11 +22,11 @@ import typing as tp
 import jax.numpy as jnp
 
 from flaxen.errors import GraphStateMismatchError, NNXArgumentError
+from flaxen.nnx import _graph_ops as _graph
 from flaxen.nnx import filterlib
-from flaxen.nnx import graph as _graph
 from flaxen.nnx.module import Module
-from flaxen.nnx.state import State
-from flaxen.nnx.variables import Variable, VariableState
+from flaxen.nnx.statelib import State
+from flaxen.nnx.variablelib import Variable, VariableState
 
 try:  # today's Pytree tells data attributes from static ones (nnx.data)
     from flaxen.nnx.pytreelib import data as _data

@@ -28,7 +28,7 @@ from flaxen import struct
 from flaxen.errors import InvalidNNXValueError, NNXArgumentError
 from flaxen.nnx import filterlib
 from flaxen.nnx.module import Module
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.variablelib import Variable
 
 
 class MetricState(Variable):
@@ -51,7 +51,7 @@ class Metric(Module):
         raise NotImplementedError(f"{type(self).__name__} must override compute()")
 
     def split(self, *filters: filterlib.Filter) -> tuple:  # type: ignore[override]
-        from flaxen.nnx import graph
+        from flaxen.nnx import _graph_ops as graph
 
         return graph.split(self, *filters)
 

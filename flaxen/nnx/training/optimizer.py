@@ -27,11 +27,11 @@ import jax.numpy as jnp
 import optax
 
 from flaxen.errors import GraphStateMismatchError, NNXArgumentError, NNXFilterError
+from flaxen.nnx import _graph_ops as _graph
 from flaxen.nnx import filterlib
-from flaxen.nnx import graph as _graph
 from flaxen.nnx.module import Module
-from flaxen.nnx.state import State
-from flaxen.nnx.variables import Param, Variable, VariableState
+from flaxen.nnx.statelib import State
+from flaxen.nnx.variablelib import Param, Variable, VariableState
 
 try:  # today's Pytree tells data attributes from static ones (nnx.data)
     from flaxen.nnx.pytreelib import data as _data

@@ -27,8 +27,9 @@ import optax
 
 from flaxen import struct
 from flaxen.errors import GraphStateMismatchError, NNXArgumentError
-from flaxen.nnx.graph import GraphDef
-from flaxen.nnx.state import State
+from flaxen.nnx import _graphdef
+from flaxen.nnx.graphlib import GraphDef
+from flaxen.nnx.statelib import State
 
 M = tp.TypeVar("M")
 
@@ -50,7 +51,7 @@ class TrainState(struct.PyTreeNode):
                tx: optax.GradientTransformation, step: int | jax.Array = 0,
                **kwargs: tp.Any) -> TrainState:
         """A new state with ``opt_state=tx.init(params)``; ``kwargs`` fill a subclass's fields."""
-        if not isinstance(graphdef, GraphDef):
+        if not isinstance(graphdef, _graphdef.GraphDef):  # either face's GraphDef
             raise NNXArgumentError(
                 "",
                 f"TrainState.create expects the model's GraphDef first (from nnx.split(model)), "

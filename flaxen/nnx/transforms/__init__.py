@@ -1,12 +1,15 @@
 """NNX lifted transforms: today's ``flax.nnx`` faces, one file per family.
 
-``legacy`` holds the Flax 0.8.3 faces that ``flaxen.experimental.nnx`` exports; the other
-files hold today's (``graph=``/``graph_updates=`` modes, ``StateAxes``, ``Carry``). All of
-them are thin faces over the one lifting primitive in ``flaxen/nnx/_lift.py``.
+The public files carry Flax 0.12.8's module names (``autodiff``, ``compilation``,
+``iteration``, ``transforms``, ``general``); the private ones hold one transform family each
+and are re-exported by the public file Flax names. All of them are thin faces over the
+lifting primitive in ``flaxen/nnx/_lift.py``; Flax 0.8.3's faces are in
+``flaxen.experimental.nnx``.
 """
 
 from flaxen.nnx.transforms.autodiff import (
     DiffState,
+    remat,
     custom_vjp,
     grad,
     jvp,
@@ -14,7 +17,6 @@ from flaxen.nnx.transforms.autodiff import (
     vjp,
 )
 from flaxen.nnx.transforms.compilation import StateSharding, cached_partial, jit, jit_partial
-from flaxen.nnx.transforms.legacy import remat
 from flaxen.nnx.transforms.transforms import PrefixMapping, checkify, eval_shape, make_jaxpr
 
 __all__ = [

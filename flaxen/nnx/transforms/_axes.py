@@ -29,8 +29,8 @@ from flaxen.errors import NNXTransformError
 from flaxen.nnx import _lift, filterlib
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graphdef import NodeDef, NodeRef, VariableDef
-from flaxen.nnx.transforms.transforms import PrefixMapping
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.transforms._common import PrefixMapping
+from flaxen.nnx.variablelib import Variable
 
 __all__ = ["NodePrefix", "StateAxes", "TreeState", "as_node_prefix", "occurrences", "prefix",
            "resolve_inputs", "resolve_outputs"]
@@ -128,7 +128,7 @@ def to_predicate(f: tp.Any) -> tp.Callable:
 
 
 def _is_state_like(m: Mapping) -> bool:
-    from flaxen.nnx.state import State
+    from flaxen.nnx.statelib import State
 
     return isinstance(m, State)
 

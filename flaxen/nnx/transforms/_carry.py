@@ -28,7 +28,7 @@ from flaxen.errors import NNXTransformError
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graphdef import NodeDef, NodeRef, VariableDef
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.variablelib import Variable
 
 _PY_SCALARS = (bool, int, float, complex)
 

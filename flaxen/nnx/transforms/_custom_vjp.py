@@ -38,10 +38,10 @@ from flaxen.errors import NNXTransformError
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import _lift, filterlib
 from flaxen.nnx._graph_node import GraphNode
+from flaxen.nnx._graph_ops import _nest
 from flaxen.nnx._graphdef import NodeDef, NodeRef, VariableDef
-from flaxen.nnx.graph import _nest
 from flaxen.nnx.transforms import _functional
-from flaxen.nnx.transforms.transforms import check_prefix, resolve_bound, resolve_modes
+from flaxen.nnx.transforms._common import check_prefix, resolve_bound, resolve_modes
 
 __all__ = ["CustomVjp", "custom_vjp"]
 

@@ -32,11 +32,8 @@ import jax
 
 from flaxen import traceback_util
 from flaxen.errors import NNXTransformError
-from flaxen.nnx import _lift, filterlib
-from flaxen.nnx._graph_ops import _nest
+from flaxen.nnx import _lift
 from flaxen.nnx.statelib import State
-from flaxen.nnx.variablelib import Param, Variable
-from flaxen.nnx.variablelib import VariableState as VariableStateT
 
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
 UNSPECIFIED = object()

@@ -38,7 +38,7 @@ from flaxen.errors import NNXTransformError
 from flaxen.nnx import _lift
 from flaxen.nnx._graphdef import var_def_paths
 from flaxen.nnx.transforms import _axes, _functional
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.variablelib import Variable
 
 __all__ = ["DefView", "mapped_call"]
 

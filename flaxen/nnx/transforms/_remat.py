@@ -18,8 +18,8 @@ import jax
 
 from flaxen import traceback_util
 from flaxen.nnx._modes import resolve_modes
+from flaxen.nnx.transforms._common import resolve_bound
 from flaxen.nnx.transforms._mapped import mapped_call
-from flaxen.nnx.transforms.transforms import resolve_bound
 
 __all__ = ["remat"]
 

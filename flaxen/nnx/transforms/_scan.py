@@ -42,8 +42,8 @@ from flaxen.nnx.transforms._carry import (
     is_node,
     resolve_kwargs,
 )
-from flaxen.nnx.transforms.transforms import resolve_bound
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.transforms._common import resolve_bound
+from flaxen.nnx.variablelib import Variable
 
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
 

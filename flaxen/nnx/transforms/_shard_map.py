@@ -24,8 +24,8 @@ import jax
 
 from flaxen import traceback_util
 from flaxen.nnx._modes import resolve_modes
+from flaxen.nnx.transforms._common import check_prefix, resolve_bound
 from flaxen.nnx.transforms._mapped import mapped_call
-from flaxen.nnx.transforms.transforms import check_prefix, resolve_bound
 
 __all__ = ["shard_map"]
 

@@ -30,20 +30,20 @@ from flaxen import traceback_util
 from flaxen.errors import NNXTransformError
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import _lift, filterlib
+from flaxen.nnx._graph_ops import _nest
 from flaxen.nnx._graphdef import NodeDef, NodeRef, VariableDef, var_def_paths
-from flaxen.nnx.graph import _nest
-from flaxen.nnx.state import State
+from flaxen.nnx.statelib import State
 from flaxen.nnx.transforms import _functional
-from flaxen.nnx.transforms._custom_vjp import custom_vjp
-from flaxen.nnx.transforms.transforms import (
+from flaxen.nnx.transforms._common import (
     PrefixMapping,
     check_prefix,
     resolve_bound,
     resolve_modes,
 )
-from flaxen.nnx.variables import Param
+from flaxen.nnx.transforms._custom_vjp import custom_vjp
+from flaxen.nnx.variablelib import Param
 
-__all__ = ["DiffState", "custom_vjp", "grad", "jvp", "value_and_grad", "vjp"]
+__all__ = ["DiffState", "custom_vjp", "grad", "jvp", "remat", "value_and_grad", "vjp"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -481,3 +481,5 @@ def _jvp_call(f: tp.Callable, primals: tuple, tangents: tuple, has_aux: bool,
     return (out, t_out, aux) if has_aux else (out, t_out)
 
 
+# remat lives in its own file; Flax's module path names it here
+from flaxen.nnx.transforms._remat import remat  # noqa: E402

@@ -1,7 +1,7 @@
 """Today's ``nnx.jit`` / ``nnx.jit_partial`` and ``StateSharding``.
 
 ``jit(f, graph=, graph_updates=)``: with ``graph=True, graph_updates=True`` (the default) it
-is the graph-mode jit of :mod:`flaxen.nnx.transforms.legacy` (changes to the structure of
+is the graph-mode jit of :mod:`flaxen.nnx.transforms._graph_jit` (changes to the structure of
 graph-node arguments are written back); otherwise only the new values of the input
 Variables are written back and graph nodes returned are new objects (see
 :mod:`._functional`). ``in_shardings`` entries may be ``StateSharding`` objects (graph
@@ -32,15 +32,16 @@ import jax
 from flaxen import traceback_util
 from flaxen.errors import NNXTransformError
 from flaxen.nnx import _lift, filterlib
-from flaxen.nnx.transforms import _functional, legacy
-from flaxen.nnx.transforms.transforms import (
+from flaxen.nnx.transforms import _functional, _graph_jit
+from flaxen.nnx.transforms._common import (
     PrefixMapping,
     check_prefix,
     resolve_bound,
     resolve_modes,
 )
 
-__all__ = ["JitWrapped", "StateSharding", "cached_partial", "jit", "jit_partial"]
+__all__ = ["JitWrapped", "StateSharding", "cached_partial", "jit", "jit_partial",
+           "shard_map"]
 
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
 
@@ -243,7 +244,7 @@ def _take_refs(res: tp.Any, values: list, leaves: list) -> tp.Any:
     return _RefOut(res, plan)
 
 
-class JitWrapped(legacy.JitWrapped):
+class JitWrapped(_graph_jit.JitWrapped):
     """The callable today's ``nnx.jit`` returns (see :func:`jit`)."""
 
     def __init__(self, fun: tp.Callable, *, graph: bool | None, graph_updates: bool | None,
@@ -253,7 +254,7 @@ class JitWrapped(legacy.JitWrapped):
         self._checked: tp.Any = None
         self._shard_cache: tuple = (None, None)
         in_shardings = kwargs["in_shardings"]
-        super().__init__(fun, **{**kwargs, "in_shardings": legacy.UNSPECIFIED})
+        super().__init__(fun, **{**kwargs, "in_shardings": _graph_jit.UNSPECIFIED})
         if isinstance(in_shardings, (tuple, list)) and self.static_argnums:
             expanded = list(in_shardings)
             for i in sorted(self.static_argnums):
@@ -281,9 +282,9 @@ class JitWrapped(legacy.JitWrapped):
         for i, x in zip(static.extra[1], donated):
             leaves[i] = x
         args, kwargs, inner = _lift.enter(static, values, leaves)
-        args, kwargs = legacy._insert_static(args, kwargs, static.extra[0])
+        args, kwargs = _graph_jit._insert_static(args, kwargs, static.extra[0])
         out = self.fun(*args, **kwargs)
-        if self.out_shardings is not legacy.UNSPECIFIED:
+        if self.out_shardings is not _graph_jit.UNSPECIFIED:
             out = _constrain_out(out, self.out_shardings)
         new = _functional.input_values(inner, values)
         if per_value is not None:
@@ -319,14 +320,14 @@ class JitWrapped(legacy.JitWrapped):
             _functional.check_no_shared(lift.static, "jit")
             self._checked = lift.static
         s = self.today_in_shardings
-        if s is not None and s is not legacy.UNSPECIFIED:
+        if s is not None and s is not _graph_jit.UNSPECIFIED:
             shardings = tuple(s) if isinstance(s, (tuple, list)) else (s,) * len(args)
             key, per_value = self._shard_cache
             if key is not lift.static:
                 per_value = _value_shardings(shardings, args, lift)
                 self._shard_cache = (lift.static, per_value)
             values = [x if sh is None else _put(x, sh) for x, sh in zip(values, per_value)]
-            leaves = legacy._place_inputs(
+            leaves = _graph_jit._place_inputs(
                 tuple(x if not isinstance(x, PrefixMapping) else None for x in shardings),
                 args, kwargs, leaves, lift)
         return lift, values, leaves, donate_idx
@@ -478,7 +479,7 @@ def _make(fun: tp.Callable, partial_args: tuple, kwargs: dict) -> JitWrapped:
     return JitWrapped(
         fun, graph=kwargs["graph"], graph_updates=kwargs["graph_updates"],
         partial_args=partial_args, in_shardings=kwargs["in_shardings"],
-        out_shardings=legacy.UNSPECIFIED if out_shardings is None else out_shardings,
+        out_shardings=_graph_jit.UNSPECIFIED if out_shardings is None else out_shardings,
         static_argnums=kwargs["static_argnums"], static_argnames=kwargs["static_argnames"],
         donate_argnums=kwargs["donate_argnums"], donate_argnames=kwargs["donate_argnames"],
         keep_unused=kwargs["keep_unused"], device=kwargs["device"], backend=kwargs["backend"],
@@ -547,7 +548,7 @@ def cached_partial(f: tp.Callable[..., tp.Any], *cached_args: tp.Any, graph: boo
     (1, 3)
     """
     from flaxen.nnx import _graph_engine as eng
-    from flaxen.nnx.variables import Variable
+    from flaxen.nnx.variablelib import Variable
 
     g, gu = resolve_modes(graph, graph_updates)
     if not (g and gu):
@@ -565,3 +566,7 @@ def cached_partial(f: tp.Callable[..., tp.Any], *cached_args: tp.Any, graph: boo
         for i, c in zip(pos, copies):
             leaves[i] = c
     return functools.partial(f, *treedef.unflatten(leaves))
+
+
+# shard_map lives in its own file; Flax's module path names it here
+from flaxen.nnx.transforms._shard_map import shard_map  # noqa: E402

@@ -28,8 +28,8 @@ import jax
 
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import _lift
-from flaxen.nnx.graph import GraphDef
-from flaxen.nnx.variables import Variable
+from flaxen.nnx._graph_ops import GraphDef
+from flaxen.nnx.variablelib import Variable
 
 __all__ = ["PureNode", "merge_inputs", "split_inputs"]
 

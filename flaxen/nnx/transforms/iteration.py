@@ -25,9 +25,9 @@ from flaxen.nnx import spmd
 from flaxen.nnx._modes import resolve_modes
 from flaxen.nnx.transforms._axes import NodePrefix, StateAxes, prefix
 from flaxen.nnx.transforms._carry import resolve_kwargs
+from flaxen.nnx.transforms._common import check_prefix, resolve_bound
 from flaxen.nnx.transforms._mapped import mapped_call
-from flaxen.nnx.transforms.transforms import check_prefix, resolve_bound
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.variablelib import Variable
 
 __all__ = ["NodePrefix", "StateAxes", "pmap", "prefix", "transform_metadata", "vmap"]
 
@@ -206,8 +206,8 @@ def transform_metadata(
     return transform_metadata_wrapper
 
 
-# scan and the loops live in their own files (helper H5); Flax's module path names them here
-from flaxen.nnx.transforms.loops import fori_loop, while_loop  # noqa: E402
-from flaxen.nnx.transforms.scan import Carry, scan  # noqa: E402
+# scan and the loops live in their own files; Flax's module path names them here
+from flaxen.nnx.transforms._loops import fori_loop, while_loop  # noqa: E402
+from flaxen.nnx.transforms._scan import Carry, scan  # noqa: E402
 
 __all__ += ["Carry", "fori_loop", "scan", "while_loop"]

@@ -1,5 +1,6 @@
-"""Today's general transforms (``eval_shape``, ``checkify``, ``make_jaxpr``) and the checks
-every today's transform shares: modes, bound methods, prefix arguments.
+"""Today's general transforms (``eval_shape``, ``checkify``, ``make_jaxpr``, ``cond``,
+``switch``; ``flax.nnx.transforms.transforms``). The checks every transform shares (modes,
+bound methods, prefix arguments) are in :mod:`flaxen.nnx.transforms._common`.
 
 Each transform takes ``graph=`` / ``graph_updates=`` (``None``: the defaults of
 ``nnx.set_graph_mode`` / ``nnx.set_graph_updates``). ``graph=True, graph_updates=True`` is
@@ -16,7 +17,6 @@ combinations write back Variable values only (:mod:`._functional`).
 from __future__ import annotations
 
 import functools
-import inspect
 import typing as tp
 
 import jax
@@ -25,60 +25,17 @@ from jax.experimental import checkify as _checkify
 from flaxen import traceback_util
 from flaxen.errors import NNXTransformError
 from flaxen.nnx import _lift
-from flaxen.nnx._graph_node import GraphNode
-from flaxen.nnx._modes import resolve_modes
 from flaxen.nnx.transforms import _functional
-from flaxen.nnx.variables import Variable
+from flaxen.nnx.transforms._branches import cond, switch
+from flaxen.nnx.transforms._common import (
+    PrefixMapping,
+    check_prefix,
+    resolve_bound,
+    resolve_modes,
+)
 
-__all__ = ["PrefixMapping", "check_prefix", "checkify", "eval_shape", "make_jaxpr",
-           "resolve_bound", "resolve_modes"]
-
-
-class PrefixMapping:
-    """Base of the objects that map Variables (by filter) to a per-Variable prefix value:
-    ``StateSharding`` (shardings), ``DiffState`` (what to differentiate), ``StateAxes``.
-    Graph mode with graph updates only."""
-
-
-def resolve_bound(fn: tp.Any, transform: str) -> tp.Any:
-    """Refuses a bound method of a graph node (its ``self`` would be captured, not lifted)."""
-    inner = fn
-    while isinstance(inner, functools.partial):
-        inner = inner.func
-    if inspect.ismethod(inner) and isinstance(inner.__self__, (GraphNode, Variable)):
-        raise NNXTransformError(
-            "", f"nnx.{transform} does not support bound methods (got "
-            f"{type(inner.__self__).__name__}.{inner.__name__} bound to an instance): the "
-            "instance would be captured by closure instead of being lifted",
-            f"Use the decorator form @nnx.{transform} on the method, or call "
-            f"nnx.{transform}(MyClass.method)(instance, ...) with the unbound method.")
-    return fn
-
-
-def check_prefix(prefix: tp.Any, prefix_name: str, fn_name: str, graph: bool,
-                 graph_updates: bool) -> None:
-    """Refuses graph nodes / Variables as prefixes, and prefix mappings outside graph mode."""
-    leaves = jax.tree_util.tree_leaves_with_path(
-        prefix, is_leaf=lambda x: isinstance(x, (GraphNode, Variable, PrefixMapping)))
-    for path, leaf in leaves:
-        where = jax.tree_util.keystr(path) or "<root>"
-        if isinstance(leaf, Variable):
-            raise NNXTransformError(
-                "", f"Found Variable of type {type(leaf).__name__} at path {where} in "
-                f"`{prefix_name}` for nnx.{fn_name}: Variables prefixes are not supported",
-                "Pass a prefix for the whole Variable instead of a Variable holding one.")
-        if isinstance(leaf, PrefixMapping) and not (graph and graph_updates):
-            raise NNXTransformError(
-                "", f"`{prefix_name}` cannot contain `{type(leaf).__name__}` objects when "
-                "`graph=False` or `graph_updates=False`",
-                f"Remove them, or pass graph=True, graph_updates=True to nnx.{fn_name} "
-                f"(or use nnx.compat.{fn_name}).")
-        if isinstance(leaf, GraphNode) and graph:
-            raise NNXTransformError(
-                "", f"Found graph node of type {type(leaf).__name__} at path {where} in "
-                f"`{prefix_name}` for nnx.{fn_name}. Graph nodes are not allowed as prefixes "
-                "when graph=True",
-                f"Remove it, or use tree mode: nnx.{fn_name}(..., graph=False).")
+__all__ = ["PrefixMapping", "check_prefix", "checkify", "cond", "eval_shape", "make_jaxpr",
+           "resolve_bound", "resolve_modes", "switch"]
 
 
 # -- eval_shape -------------------------------------------------------------------------------
