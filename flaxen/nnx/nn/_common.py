@@ -1,6 +1,6 @@
 """Small helpers the NNX layers share: read an optional Variable, mark ``None`` attributes as
-data (today's ``nnx.data``), turn a ``*_metadata`` mapping into Variable keywords, and
-create a layer's (optional) parameter from its initializer.
+data (today's ``nnx.data``), turn a ``*_metadata`` mapping into Variable keywords, create a
+layer's (optional) parameter from its initializer, and check an input's feature sizes.
 
 >>> _value(None) is None
 True
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import typing as tp
 
+from flaxen.layer_math.errors import LayerShapeError
 from flaxen.nnx.variablelib import Param
 
 _data_marker: tp.Callable[..., tp.Any] | None
@@ -56,3 +57,35 @@ def new_param(
     if not use:
         return data(None)
     return kind(init(rngs.params(), shape, dtype), **metadata(layer, name, meta))
+
+
+class _InputFeaturesError(LayerShapeError, TypeError):
+    # TypeError as well: Flax's layers let dot_general / conv raise it for this mistake.
+    pass
+
+
+def check_features(
+    layer: str, inputs: tp.Any, axes: tp.Sequence[int], expected: tp.Sequence[int],
+    kernel_shape: tp.Sequence[int], argument: str,
+) -> None:
+    """Raises the layer shape error when ``inputs``' sizes along ``axes`` are not ``expected``.
+
+    Reads static shapes only, so under ``jax.jit`` it runs once, at trace time, and the
+    compiled call pays nothing. ``argument`` names the constructor argument to change.
+
+    >>> import numpy as np
+    >>> check_features("Linear", np.ones((2, 3)), (-1,), (3,), (3, 4), "in_features")
+    """
+    shape = tuple(inputs.shape)
+    found = tuple(shape[a] for a in axes)
+    if found == tuple(expected):
+        return
+    want = expected[0] if len(expected) == 1 else tuple(expected)
+    got = found[0] if len(found) == 1 else found
+    where = "last axis" if tuple(axes) == (-1,) else f"axes {tuple(axes)}"
+    raise _InputFeaturesError(
+        f"{layer}: the input of shape {shape} has {got} features on its {where}, but the "
+        f"layer was built for {argument}={want} (its kernel has shape "
+        f"{tuple(kernel_shape)}). Pass inputs with {want} features there, or build the layer "
+        f"with {argument}={got}."
+    )

@@ -27,7 +27,7 @@ from flaxen.layer_math import convolution as cm
 from flaxen.layer_math import initializers
 from flaxen.nnx.module import Module
 from flaxen.nnx.nn import dtypes
-from flaxen.nnx.nn._common import _value, new_param
+from flaxen.nnx.nn._common import _value, check_features, new_param
 from flaxen.nnx.rnglib import Rngs
 from flaxen.typing import ConvGeneralDilatedT, Dtype, Initializer, PaddingLike, PrecisionLike
 
@@ -161,6 +161,9 @@ class Conv(Module):
         inputs, kernel, bias = self.promote_dtype(
             (inputs, kernel, _value(self.bias)), dtype=self.dtype
         )
+        in_features = kernel.shape[-2] * self.feature_group_count
+        if inputs.shape[-1] != in_features:
+            check_features("Conv", inputs, (-1,), (in_features,), kernel.shape, "in_features")
         kw: dict = {}
         if self.preferred_element_type is not None:
             kw["preferred_element_type"] = self.preferred_element_type

@@ -33,7 +33,7 @@ from flaxen.layer_math.einsum import bias_layout, check_einsum_str
 from flaxen.layer_math.embedding import check_ids, lookup
 from flaxen.nnx.module import Module
 from flaxen.nnx.nn import dtypes
-from flaxen.nnx.nn._common import _value, data, metadata, new_param
+from flaxen.nnx.nn._common import _value, check_features, data, metadata, new_param
 from flaxen.nnx.rnglib import Rngs
 from flaxen.nnx.variablelib import Param
 from flaxen.typing import DotGeneralT, Dtype, Initializer, PrecisionLike, Shape
@@ -118,6 +118,8 @@ class Linear(Module):
         inputs, kernel, bias = self.promote_dtype(
             (inputs, self.kernel.value, _value(self.bias)), dtype=self.dtype
         )
+        if inputs.ndim and inputs.shape[-1] != kernel.shape[0]:
+            check_features("Linear", inputs, (-1,), kernel.shape[:1], kernel.shape, "in_features")
         y = self.dot_general(
             inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())), precision=self.precision,
             **_contract_kwargs(self.preferred_element_type, out_sharding),
@@ -207,6 +209,9 @@ class LinearGeneral(Module):
         )
         batch_ind = tuple(range(n_batch))
         contract_ind = tuple(range(n_batch, n_batch + len(axis)))
+        want = kernel.shape[n_batch:n_batch + len(axis)]
+        if tuple(inputs.shape[a] for a in axis) != want:
+            check_features("LinearGeneral", inputs, axis, want, kernel.shape, "in_features")
         if self.dot_general_cls is not None:
             dot = self.dot_general_cls()
         else:
