@@ -65,7 +65,7 @@ from flaxen.nnx._graph_walk import (  # walking a graph without splitting it
 )
 from flaxen.nnx._graphdef import NodeDef, NodeRef, VariableDef
 from flaxen.nnx._modes import set_graph_mode, set_graph_updates
-from flaxen.nnx.statelib import FlatState, State
+from flaxen.nnx.statelib import FlatState, State, check_paths
 from flaxen.nnx.variablelib import Variable
 
 __all__ = [
@@ -510,8 +510,25 @@ class IndexMap(dict):
 # -- update / pop / clone ------------------------------------------------------------------
 
 @traceback_util.api_boundary
-def update(node: tp.Any, state: tp.Any, /, *states: tp.Any) -> None:
-    """Writes the states' values (and metadata) into ``node``'s Variables, in place."""
+def update(node: tp.Any, state: tp.Any, /, *states: tp.Any, strict: bool = False) -> None:
+    """Writes the states' values (and metadata) into ``node``'s Variables, in place.
+
+    ``strict=True`` (flaxen's, off by default as in Flax) first checks that the states
+    together hold exactly ``node``'s Variables, each with its shape and dtype, and raises one
+    :class:`~flaxen.errors.RestoreMismatchError` listing every difference; nothing is written.
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> wrong = nnx.state(nnx.Linear(4, 3, rngs=nnx.Rngs(0)))
+    >>> try:
+    ...     nnx.update(model, wrong, strict=True)
+    ... except ValueError as e:
+    ...     print(str(e).splitlines()[1].strip())
+    /kernel: shape (2, 3) in the target, (4, 3) restored
+    """
+    if strict:
+        _check_update(node, (state, *states))
     if isinstance(node, Variable):
         src = _single_leaf((state, *states))
         if isinstance(src, Variable):
@@ -522,6 +539,21 @@ def update(node: tp.Any, state: tp.Any, /, *states: tp.Any) -> None:
     flat = [s.to_nested_state() if isinstance(s, FlatState)
             else (s._state if isinstance(s, GraphState) else s) for s in (state, *states)]
     _ops.update(node, *flat)
+
+
+def _check_update(node: tp.Any, states: tuple) -> None:
+    if isinstance(node, Variable):
+        target: dict = {(): node}
+        restored: dict = {(): _single_leaf(states)}
+    else:
+        target = {}
+        _flatten_mapping(state(node), (), target)
+        restored = {}
+        for s in states:
+            s = s.to_nested_state() if isinstance(s, FlatState) else (
+                s._state if isinstance(s, GraphState) else s)
+            _flatten_mapping(s, (), restored)
+    check_paths(target, restored)
 
 
 @traceback_util.api_boundary

@@ -27,6 +27,7 @@ from collections.abc import Mapping, MutableMapping
 
 import jax
 
+from flaxen._tree_compare import check_restored
 from flaxen.errors import GraphStateMismatchError, NNXFilterError
 from flaxen.nnx import _treescope, filterlib
 from flaxen.nnx.variablelib import Variable, VariableState, _leaves_equal
@@ -163,10 +164,10 @@ class State(MutableMapping):
         return to_pure_dict(self, extract_fn)
 
     def replace_by_pure_dict(self, pure_dict: Mapping[Key, tp.Any],
-                             replace_fn: tp.Callable[[tp.Any, tp.Any], tp.Any] | None = None
-                             ) -> None:
+                             replace_fn: tp.Callable[[tp.Any, tp.Any], tp.Any] | None = None,
+                             *, strict: bool = False) -> None:
         """Puts ``pure_dict``'s values into this State (see :func:`replace_by_pure_dict`)."""
-        replace_by_pure_dict(self, pure_dict, replace_fn)
+        replace_by_pure_dict(self, pure_dict, replace_fn, strict=strict)
 
     def map(self, f: tp.Callable[[Path, tp.Any], tp.Any]) -> State:
         """A new State with each leaf replaced by ``f(path, leaf)``."""
@@ -462,10 +463,14 @@ def _replace_leaf(leaf: tp.Any, value: tp.Any) -> tp.Any:
 
 
 def replace_by_pure_dict(state: State, pure_dict: Mapping[Key, tp.Any],
-                         replace_fn: tp.Callable[[tp.Any, tp.Any], tp.Any] | None = None
-                         ) -> None:
+                         replace_fn: tp.Callable[[tp.Any, tp.Any], tp.Any] | None = None,
+                         *, strict: bool = False) -> None:
     """Puts ``pure_dict``'s values into ``state`` in place, keeping each leaf's Variable type
     and metadata (string keys that spell list indices match integer paths).
+
+    ``strict=True`` (flaxen's, off by default as in Flax) first checks that ``pure_dict`` holds
+    exactly the State's paths, each with the same shape and dtype, and raises one
+    :class:`~flaxen.errors.RestoreMismatchError` listing every difference; nothing is written.
 
     >>> import jax.numpy as jnp
     >>> from flaxen import nnx
@@ -479,6 +484,9 @@ def replace_by_pure_dict(state: State, pure_dict: Mapping[Key, tp.Any],
     _flatten_into(state, (), current)
     new: dict[Path, tp.Any] = {}
     _flatten_into(pure_dict, (), new)
+    if strict:
+        check_paths(current, {p if p in current else tuple(map(_int_or_same, p)): v
+                              for p, v in new.items()})
     for path, value in new.items():
         key = path if path in current else tuple(map(_int_or_same, path))
         if key not in current:
@@ -522,3 +530,18 @@ def diff(state: Mapping[Key, tp.Any], other: Mapping[Key, tp.Any]) -> State:
         return state if isinstance(state, State) else State(state)
     drop = set(to_flat_state(other).paths)
     return from_flat_state((p, v) for p, v in to_flat_state(state) if p not in drop)
+
+
+def check_paths(target: Mapping[Path, tp.Any], restored: Mapping[Path, tp.Any]) -> None:
+    """Raises one :class:`~flaxen.errors.RestoreMismatchError` listing every path (flat
+    ``{path: leaf}`` maps; Variables are compared by their value) that one side lacks or whose
+    shape or dtype differs; the check behind the NNX ``strict=True`` restores.
+
+    >>> import numpy as np
+    >>> check_paths({('w',): np.zeros(2)}, {('w',): np.ones(2)})  # same shape and dtype
+    """
+    def arrays(flat: Mapping[Path, tp.Any]) -> dict[str, tp.Any]:
+        return {"/".join(map(str, p)): (v.get_value() if isinstance(v, Variable) else v)
+                for p, v in flat.items()}
+
+    check_restored(arrays(target), arrays(restored))
