@@ -207,6 +207,10 @@ VariableState = Variable  # today's State leaves are Variables (0.8.3's class: e
 from flaxen.nnx.visualization import display
 from flaxen.nnx.summary import tabulate
 from flaxen.nnx._variable_names import register_variable_name
+from flaxen.nnx import deprecations as deprecations
+from flaxen.nnx import proxy_caller as proxy_caller
+from flaxen.nnx import reprlib as reprlib
+from flaxen.nnx import tracers as tracers
 
 # the pure functions shared with Linen (flaxen.layer_math: no Linen import)
 from flaxen.layer_math import activations as _activations
