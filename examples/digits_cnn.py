@@ -4,7 +4,13 @@ The data set ships inside scikit-learn (1,797 8x8 grey-scale digits, no download
 follows the Flax Quickstart: a Linen module, a ``TrainState`` with an Optax optimizer, a jitted
 train step, evaluation on a held-out split after every epoch, a checkpoint after every epoch
 (running the script again resumes from the last one), and a PNG plot of the loss and accuracy
-curves.
+curves. On a terminal a progress bar shows the epoch's running loss and accuracy; in a log file
+each epoch is one line.
+
+The learning rate follows a cosine decay over the planned epochs. Resuming with another
+``--epochs`` re-plans the rest of the run and says so: from the rate an ``--epochs``-long plan
+has at the current step, decayed to 0 over the epochs that remain; it never restarts at the
+peak.
 
     python examples/digits_cnn.py --epochs 15 --workdir demo_out
 """
@@ -55,11 +61,19 @@ def load_digits(test_fraction: float = 0.2, seed: int = 0):
     return (images[train], labels[train]), (images[test], labels[test])
 
 
-def create_state(rng, learning_rate: float, total_steps: int) -> train_state.TrainState:
+def make_schedule(segments) -> optax.Schedule:
+    """Cosine decays one after another: each ``(start_step, rate, decay_steps)`` segment starts
+    at ``rate`` and reaches 0 after ``decay_steps``; the first starts at step 0."""
+    parts = [optax.cosine_decay_schedule(float(rate), max(int(n), 1)) for _, rate, n in segments]
+    if len(parts) == 1:
+        return parts[0]
+    return optax.join_schedules(parts, [int(start) for start, _, _ in segments[1:]])
+
+
+def create_state(rng, segments) -> train_state.TrainState:
     model = CNN()
     params = model.init(rng, jnp.ones((1, 8, 8, 1)))["params"]
-    # Adam with the rate decaying to 0 along a half cosine over the whole run.
-    tx = optax.adam(optax.cosine_decay_schedule(learning_rate, total_steps))
+    tx = optax.adam(make_schedule(segments))
     return train_state.TrainState.create(apply_fn=model.apply, params=params, tx=tx)
 
 
@@ -83,17 +97,42 @@ def eval_step(state, images, labels):
     return loss_and_accuracy(state.apply_fn({"params": state.params}, images), labels)
 
 
-def save(ckpt_dir: str, state, history: dict, epoch: int) -> str:
-    payload = {"state": state, "history": {k: np.asarray(v) for k, v in history.items()}}
+def save(ckpt_dir: str, state, history: dict, epoch: int, segments) -> str:
+    payload = {"state": state, "history": {k: np.asarray(v) for k, v in history.items()},
+               "schedule": np.asarray(segments, np.float64)}
     return checkpoints.save_checkpoint(ckpt_dir, payload, step=epoch, keep=2)
 
 
-def restore(ckpt_dir: str, state):
-    """Returns ``(state, history, epochs_done)`` from the latest checkpoint, if any."""
-    raw = checkpoints.restore_checkpoint(ckpt_dir, target=None)
+def plan_schedule(raw, args, steps_per_epoch: int):
+    """The schedule segments for this run, and a message when resuming changes the plan."""
+    planned = [(0, args.learning_rate, args.epochs * steps_per_epoch)]
+    if raw is None:
+        return planned, None
+    segments = [tuple(row) for row in np.asarray(raw.get("schedule", planned), np.float64)]
+    done = len(np.atleast_1d(raw["history"]["test_accuracy"]))
+    start, rate, length = segments[-1]
+    planned_epochs = round((start + length) / steps_per_epoch)
+    if args.epochs == planned_epochs or args.epochs <= done:
+        return segments, None
+    step = int(np.asarray(raw["state"]["step"]))
+    peak = float(segments[0][1])
+    rate_was = float(make_schedule(segments)(step))
+    rate = float(optax.cosine_decay_schedule(peak, args.epochs * steps_per_epoch)(step))
+    remaining = (args.epochs - done) * steps_per_epoch
+    message = (f"--epochs changed from {planned_epochs} to {args.epochs}: the learning rate goes "
+               f"on from {rate:.3g}, the rate of a {args.epochs}-epoch plan at step {step} (it "
+               f"was {rate_was:.3g}), and decays to 0 over the {args.epochs - done} remaining "
+               f"epochs; it does not restart at the peak {peak:.3g}")
+    return [*segments, (step, rate, remaining)], message
+
+
+def restore(raw, state):
+    """Returns ``(state, history, epochs_done)`` from a checkpoint's raw state dict, if any."""
     if raw is None:
         return state, {k: [] for k in METRICS}, 0
-    state = serialization.from_state_dict(state, raw["state"])
+    # strict: a checkpoint of another model (other layer sizes) is an error naming every
+    # differing parameter, not a silent restore that fails later in the first train step.
+    state = serialization.from_state_dict(state, raw["state"], strict=True)
     history = {k: [float(v) for v in np.atleast_1d(raw["history"][k])] for k in METRICS}
     return state, history, len(history["test_accuracy"])
 
@@ -135,6 +174,47 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+class _NoProgress:
+    """Stands in for rich's Progress off a terminal: its bar would be re-printed into the log
+    when it stops, a second copy of every epoch line; each epoch's own line is enough."""
+
+    def __init__(self, console) -> None:
+        self.console = console
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def add_task(self, *args, **kwargs) -> int:
+        return 0
+
+    def update(self, *args, **kwargs) -> None:
+        return None
+
+    def remove_task(self, task) -> None:
+        return None
+
+
+def train_epoch(state, train_x, train_y, perm, batch_size: int, steps: int, progress, task):
+    """One pass over the shuffled training set; returns the state and the epoch's mean loss and
+    accuracy (the progress bar shows the running means, not the last minibatch's)."""
+    totals = np.zeros(2)
+    pending = []
+    for i in range(steps):
+        idx = perm[i * batch_size:(i + 1) * batch_size]
+        state, loss, acc = train_step(state, train_x[idx], train_y[idx])
+        pending.append((loss, acc))
+        if i % 8 == 0 or i == steps - 1:  # reading a value waits for the device
+            totals += np.asarray(jax.device_get(pending), np.float64).sum(axis=0)
+            pending.clear()
+            mean_loss, mean_acc = totals / (i + 1)
+            progress.update(task, completed=i + 1, loss=mean_loss, acc=mean_acc)
+    mean_loss, mean_acc = totals / steps
+    return state, float(mean_loss), float(mean_acc)
+
+
 def main(argv=None) -> float:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -149,35 +229,38 @@ def main(argv=None) -> float:
 
     (train_x, train_y), (test_x, test_y) = load_digits(seed=args.seed)
     steps_per_epoch = len(train_y) // args.batch_size
-    rng = jax.random.PRNGKey(args.seed)
-    state = create_state(rng, args.learning_rate, args.epochs * steps_per_epoch)
-    state, history, done = restore(ckpt_dir, state)
+    raw = checkpoints.restore_checkpoint(ckpt_dir, target=None)
+    segments, schedule_note = plan_schedule(raw, args, steps_per_epoch)
+    state = create_state(jax.random.PRNGKey(args.seed), segments)
+    state, history, done = restore(raw, state)
     console.print(
         f"digits: {len(train_y)} train / {len(test_y)} held-out images; "
         f"jax devices: {jax.devices()[0].platform} x{jax.device_count()}"
     )
     if done:
         console.print(f"Resumed from the checkpoint of epoch {done} in {ckpt_dir}")
+    if schedule_note:
+        console.print(schedule_note)
+    if done >= args.epochs:
+        console.print(f"The checkpoint already holds {done} epochs (--epochs {args.epochs}): "
+                      "nothing to train. Pass a larger --epochs to train on.")
 
     columns = (TextColumn("[bold]epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("loss {task.fields[loss]:.4f}  acc {task.fields[acc]:.3f}"),
                TimeElapsedColumn())
-    with Progress(*columns, console=console) as progress:
+    progress = (Progress(*columns, console=console, transient=True) if console.is_terminal
+                else _NoProgress(console))
+    with progress:
         for epoch in range(done + 1, args.epochs + 1):
             task = progress.add_task("train", total=steps_per_epoch, epoch=epoch, loss=0.0, acc=0.0)
             perm = np.random.RandomState(args.seed * 1000 + epoch).permutation(len(train_y))
-            losses, accs = [], []
-            for i in range(steps_per_epoch):
-                idx = perm[i * args.batch_size:(i + 1) * args.batch_size]
-                state, loss, acc = train_step(state, train_x[idx], train_y[idx])
-                losses.append(loss)
-                accs.append(acc)
-                if i % 8 == 0 or i == steps_per_epoch - 1:  # reading a value waits for it
-                    progress.update(task, completed=i + 1, loss=float(loss), acc=float(acc))
+            state, train_loss, train_acc = train_epoch(
+                state, train_x, train_y, perm, args.batch_size, steps_per_epoch, progress, task)
+            progress.remove_task(task)
             test_loss, test_acc = eval_step(state, test_x, test_y)
-            for key, value in zip(METRICS, (np.mean(losses), np.mean(accs), test_loss, test_acc)):
+            for key, value in zip(METRICS, (train_loss, train_acc, test_loss, test_acc)):
                 history[key].append(float(value))
-            save(ckpt_dir, state, history, epoch)
+            save(ckpt_dir, state, history, epoch, segments)
             progress.console.print(
                 "epoch {:3d}  train loss {:.4f} acc {:.4f}  held-out loss {:.4f} acc {:.4f}".format(
                     epoch, *(history[k][-1] for k in METRICS))
