@@ -40,10 +40,12 @@ Array = jax.Array
 Dtype = Any
 PRNGKey = Any
 Initializer = initializers.Initializer
+PrecisionLike = Any
 Carry = Any
 
 __all__ = [
     "ConvLSTMCell",
+    "DenseParams",
     "GRUCell",
     "LSTMCell",
     "MGUCell",
@@ -220,29 +222,38 @@ class LSTMCell(RNNCellBase):
         return 1
 
 
-class _DenseParams(Module):
-    """Creates a Dense layer's parameters without applying them (for fused matmuls)."""
+class DenseParams(Module):
+    """Creates the parameters of a :class:`~flaxen.linen.Dense` layer without applying them
+    (``OptimizedLSTMCell`` concatenates several such kernels into one matmul).
+
+    >>> import jax, jax.numpy as jnp
+    >>> k, b = DenseParams(4).init_with_output(jax.random.key(0), jnp.ones((2, 3)))[0]
+    >>> k.shape, b.shape
+    ((3, 4), (4,))
+    """
 
     features: int
     use_bias: bool = True
     param_dtype: Dtype = jnp.float32
+    precision: PrecisionLike = None
     kernel_init: Initializer = default_kernel_init
     bias_init: Initializer = initializers.zeros_init()
 
     @compact
-    def __call__(self, in_features: int) -> tuple[Array, Array | None]:
-        kernel = self.param("kernel", self.kernel_init, (in_features, self.features),
+    def __call__(self, inputs: Array) -> tuple[Array, Array | None]:
+        kernel = self.param("kernel", self.kernel_init, (jnp.shape(inputs)[-1], self.features),
                             self.param_dtype)
         bias = (self.param("bias", self.bias_init, (self.features,), self.param_dtype)
                 if self.use_bias else None)
         return kernel, bias
 
 
-class OptimizedLSTMCell(LSTMCell):
+class OptimizedLSTMCell(RNNCellBase):
     """An ``LSTMCell`` that runs its four gates as one matmul per input.
 
-    Same parameters (names, shapes, values) as :class:`LSTMCell` and the same math; the
-    gate kernels are concatenated so each step does two matmuls instead of eight.
+    Same fields, parameters (names, shapes, values) and math as :class:`LSTMCell` (but, as
+    in Flax, not a subclass of it); the gate kernels are concatenated so each step does two
+    matmuls instead of eight.
 
     >>> import jax, jax.numpy as jnp
     >>> cell = OptimizedLSTMCell(features=3)
@@ -251,6 +262,20 @@ class OptimizedLSTMCell(LSTMCell):
     >>> sorted(variables['params'])
     ['hf', 'hg', 'hi', 'ho', 'if', 'ig', 'ii', 'io']
     """
+
+    features: int | None = None
+    gate_fn: Callable[..., Any] = sigmoid
+    activation_fn: Callable[..., Any] = tanh
+    kernel_init: Initializer = default_kernel_init
+    recurrent_kernel_init: Initializer = initializers.orthogonal()
+    bias_init: Initializer = initializers.zeros_init()
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    carry_init: Initializer = initializers.zeros_init()
+
+    # the carry is LSTMCell's (c, h)
+    initialize_carry = LSTMCell.__dict__["initialize_carry"]
+    num_feature_axes = LSTMCell.__dict__["num_feature_axes"]
 
     @compact
     def __call__(self, carry: tuple[Array, Array], inputs: Array
@@ -261,14 +286,14 @@ class OptimizedLSTMCell(LSTMCell):
         hidden = h.shape[-1]
         gates = ("i", "f", "g", "o")
         in_params = [
-            _DenseParams(hidden, use_bias=False, param_dtype=self.param_dtype,
-                         kernel_init=self.kernel_init, name=f"i{g}")(inputs.shape[-1])
+            DenseParams(hidden, use_bias=False, param_dtype=self.param_dtype,
+                        kernel_init=self.kernel_init, name=f"i{g}")(inputs)
             for g in gates
         ]
         h_params = [
-            _DenseParams(hidden, use_bias=True, param_dtype=self.param_dtype,
-                         kernel_init=self.recurrent_kernel_init, bias_init=self.bias_init,
-                         name=f"h{g}")(hidden)
+            DenseParams(hidden, use_bias=True, param_dtype=self.param_dtype,
+                        kernel_init=self.recurrent_kernel_init, bias_init=self.bias_init,
+                        name=f"h{g}")(h)
             for g in gates
         ]
         x_all = self._fused(inputs, in_params, use_bias=False)

@@ -23,7 +23,9 @@ import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
+
+from typing_extensions import Protocol  # Flax's Protocols are typing_extensions' ones
 
 from flaxen import errors
 from flaxen.linen._interception import is_wrapped, mark_wrapped, wrap_method

@@ -16,6 +16,7 @@ handled with ``seq_lengths``: reversed runs keep the padding at the end, and wit
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -121,7 +122,8 @@ class RNN(Module):
     variable_broadcast: Any = "params"
     variable_carry: Any = False
     split_rngs: Mapping[Any, bool] = FrozenDict({"params": False})
-    cell_size: Any = None
+    # keyword-only: an addition of the documented form, kept out of Flax's positional order
+    cell_size: Any = dataclasses.field(default=None, kw_only=True)
 
     @compact
     def __call__(

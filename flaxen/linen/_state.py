@@ -185,8 +185,6 @@ class ModuleBase:
     Module, which keeps the imports one-way.
     """
 
-    __slots__ = ()
-
     # Set on each subclass by _dataclass.make_dataclass / transform_subclass.
     _flaxen_fields: ClassVar[tuple[str, ...]]
     _flaxen_setup: ClassVar[Any]

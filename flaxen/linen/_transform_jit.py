@@ -98,8 +98,10 @@ def _core_kwargs(kw: dict) -> dict:
     return kw
 
 
-def _lifted(fn: Callable[..., Any], name: str, core_kw: dict) -> Callable[..., Any]:
-    """``lift.jit`` of a function running ``fn`` on a clone of the static Module."""
+def _lifted(fn: Callable[..., Any], name: str, core_kw: dict,
+            transform: Callable[..., Any] = lift.jit) -> Callable[..., Any]:
+    """``transform`` (``lift.jit``) of a function running ``fn`` on a clone of the static
+    Module."""
 
     def core_fn(scopes: Any, module: _JitModule, *args: Any, **kwargs: Any) -> Any:
         scopes = _scopes_list(scopes)
@@ -116,7 +118,7 @@ def _lifted(fn: Callable[..., Any], name: str, core_kw: dict) -> Callable[..., A
         return res
 
     core_fn.__name__ = name
-    return lift.jit(core_fn, **core_kw)
+    return transform(core_fn, **core_kw)
 
 
 def _call(trafo_fn: Callable[..., Any], self: Any, template: Any, name: str,
@@ -133,10 +135,16 @@ def _call(trafo_fn: Callable[..., Any], self: Any, template: Any, name: str,
     return out
 
 
-def jit_lift_transform(target: Any, methods: Any = None, **jit_kwargs: Any) -> Any:
-    """``nn.jit`` for a Module class (subclass ``Jit<Name>``) or a method/function."""
+def jit_lift_transform(target: Any, methods: Any = None,
+                       transform: Callable[..., Any] = lift.jit, **jit_kwargs: Any) -> Any:
+    """``nn.jit`` for a Module class (subclass ``Jit<Name>``) or a method/function.
+
+    ``transform`` is the core transform (``lift.jit``, or one taking the same
+    ``static_argnums``/``static_argnames``/``donate_argnums``): the Module travels as its
+    first static argument, so equal configurations share one trace.
+    """
     if isinstance(target, functools.partial) and is_module_class(target.func):
-        cls = jit_lift_transform(target.func, methods, **jit_kwargs)
+        cls = jit_lift_transform(target.func, methods, transform, **jit_kwargs)
         return functools.partial(cls, *target.args, **target.keywords)
     if is_module_class(target):
         module_class = target
@@ -150,7 +158,7 @@ def jit_lift_transform(target: Any, methods: Any = None, **jit_kwargs: Any) -> A
                     "no such method. Methods listed in methods= must exist on the class."
                 )
             fn = prewrap(fn)
-            trafo_fn = _lifted(fn, fn_name, _core_kwargs({**jit_kwargs, **kw}))
+            trafo_fn = _lifted(fn, fn_name, _core_kwargs({**jit_kwargs, **kw}), transform)
 
             def wrapped_fn(self: Any, *args: Any, **kwargs: Any) -> Any:
                 return _call(trafo_fn, self, base_instance(self, module_class), fn_name,
@@ -168,7 +176,7 @@ def jit_lift_transform(target: Any, methods: Any = None, **jit_kwargs: Any) -> A
 
     fn = prewrap(unbound_fn(target))
     name = _fn_name(target)
-    trafo_fn = _lifted(fn, name, _core_kwargs(jit_kwargs))
+    trafo_fn = _lifted(fn, name, _core_kwargs(jit_kwargs), transform)
 
     def wrapped_fn(self: Any, *args: Any, **kwargs: Any) -> Any:
         return _call(trafo_fn, self, self, name, args, kwargs)

@@ -53,6 +53,10 @@ class InstancePlaceholder:
     scope_idx: int
     module: Any = dataclasses.field(default=None, compare=False, repr=False)
 
+    def replace(self, **updates: Any) -> InstancePlaceholder:
+        """A copy with the given fields changed (as Flax's struct dataclasses have)."""
+        return dataclasses.replace(self, **updates)
+
 
 @dataclasses.dataclass(frozen=True)
 class VariablePlaceholder:
@@ -62,6 +66,10 @@ class VariablePlaceholder:
     name: str
     unbox: bool
     scope_idx: int
+
+    def replace(self, **updates: Any) -> VariablePlaceholder:
+        """A copy with the given fields changed (as Flax's struct dataclasses have)."""
+        return dataclasses.replace(self, **updates)
 
 
 def _flatten_placeholder(p: Any) -> tuple[tuple, Any]:

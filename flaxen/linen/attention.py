@@ -43,6 +43,7 @@ from flaxen.linen.module import Module, compact, merge_param
 Array = jax.Array
 Dtype = Any
 PRNGKey = Any
+Shape = tuple[int, ...]
 PrecisionLike = Any
 DotGeneralT = Callable[..., Array]
 Initializer = initializers.Initializer

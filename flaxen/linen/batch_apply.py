@@ -14,11 +14,58 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["BatchApply"]
+__all__ = [
+    "BatchApply", "arbitrary_mergeable_leaf", "merge_leading_dims", "ndim_at_least",
+    "split_leading_dim",
+]
 
 
 def _is_array(x: Any) -> bool:
     return isinstance(x, (jax.Array, np.ndarray))
+
+
+def ndim_at_least(x: Any, num_dims: int) -> bool:
+    """Whether ``x`` (an array, or anything ``jnp.asarray`` takes) has ``num_dims`` axes or more.
+
+    >>> ndim_at_least(np.ones((2, 3)), 2), ndim_at_least(1.0, 1)
+    (True, False)
+    """
+    if not _is_array(x):
+        x = jnp.asarray(x)
+    return x.ndim >= num_dims
+
+
+def arbitrary_mergeable_leaf(min_num_dims: int, args: Any, kwargs: Any) -> Any:
+    """The first leaf of ``args``, then of ``kwargs``, with at least ``min_num_dims`` axes
+    (None when there is none).
+
+    >>> arbitrary_mergeable_leaf(2, (np.ones(3), np.ones((2, 3))), {}).shape
+    (2, 3)
+    """
+    for leaf in (*jax.tree_util.tree_leaves(args), *jax.tree_util.tree_leaves(kwargs)):
+        if ndim_at_least(leaf, min_num_dims):
+            return leaf
+    return None
+
+
+def merge_leading_dims(x: Any, num_dims: int) -> Any:
+    """``x`` with its leading ``num_dims`` axes merged into one (unchanged if it has fewer).
+
+    >>> merge_leading_dims(np.ones((2, 3, 4)), 2).shape
+    (6, 4)
+    """
+    if not ndim_at_least(x, num_dims):
+        return x
+    return x.reshape((int(np.prod(x.shape[:num_dims])), *x.shape[num_dims:]))
+
+
+def split_leading_dim(x: Any, to_dim: tuple[int, ...]) -> Any:
+    """``x`` with its leading axis split into the axes ``to_dim``.
+
+    >>> split_leading_dim(np.ones((6, 4)), (2, 3)).shape
+    (2, 3, 4)
+    """
+    return x.reshape(tuple(to_dim) + tuple(x.shape[1:]))
 
 
 class BatchApply:

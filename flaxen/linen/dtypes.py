@@ -7,6 +7,10 @@ design note. The functions live in :mod:`flaxen.layer_math.dtypes` (shared with 
 dtype('float32')
 """
 
+from typing import TypeVar
+
 from flaxen.layer_math.dtypes import canonicalize_dtype, promote_dtype
 
-__all__ = ["canonicalize_dtype", "promote_dtype"]
+T = TypeVar("T", bound=tuple)  # the tuple type promote_dtype returns
+
+__all__ = ["T", "canonicalize_dtype", "promote_dtype"]

@@ -13,8 +13,12 @@ re-exports the same objects under Flax's path. Every builder is JAX's own
 [0.0, 0.0]
 """
 
+from collections.abc import Callable
+from typing import Any, Union
+
+import jax
+
 from flaxen.layer_math.initializers import (
-    Initializer,
     constant,
     delta_orthogonal,
     glorot_normal,
@@ -37,6 +41,9 @@ from flaxen.layer_math.initializers import (
     zeros,
     zeros_init,
 )
+
+# Flax's annotation for "an initializer": JAX's protocol or any callable with its signature
+Initializer = Union[jax.nn.initializers.Initializer, Callable[..., Any]]  # noqa: UP007
 
 __all__ = [
     "Initializer",

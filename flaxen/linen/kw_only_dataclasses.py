@@ -22,12 +22,25 @@ Child(x=2, size=4.0)
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["KW_ONLY", "dataclass", "field"]
+__all__ = ["KW_ONLY", "Annotation", "Default", "FieldName", "M", "dataclass", "field"]
 
 KW_ONLY = dataclasses.KW_ONLY
-field = dataclasses.field
+M = TypeVar("M", bound="Any")  # a Module class in Flax's annotations
+FieldName = str
+Annotation = Any
+Default = Any
+
+
+def field(*, metadata: Any = None, kw_only: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
+    """``dataclasses.field``; ``kw_only=True`` makes the field keyword-only in ``__init__``.
+
+    >>> f = field(default=1, kw_only=True)
+    >>> f.default, f.kw_only
+    (1, True)
+    """
+    return dataclasses.field(metadata=metadata, kw_only=kw_only, **kwargs)
 
 
 def _inherited_kw_only(cls: type) -> set[str]:
@@ -57,11 +70,12 @@ def _keep_kw_only(cls: type) -> None:
             setattr(cls, name, dataclasses.field(default=value, kw_only=True))
 
 
-def dataclass(cls: type | None = None, /, **kwargs: Any) -> Any:
+def dataclass(cls: type | None = None, extra_fields: Any = None, **kwargs: Any) -> Any:
     """``dataclasses.dataclass`` that keeps inherited keyword-only fields keyword-only.
 
     Takes the same keyword arguments as ``dataclasses.dataclass`` and can be used with or
-    without them (``@dataclass`` or ``@dataclass(frozen=True)``).
+    without them (``@dataclass`` or ``@dataclass(frozen=True)``). ``extra_fields`` is a list
+    of ``(name, annotation, dataclasses.Field)`` triples added to the class first.
 
     >>> import inspect
     >>> @dataclass
@@ -74,6 +88,17 @@ def dataclass(cls: type | None = None, /, **kwargs: Any) -> Any:
     """
 
     def wrap(klass: type) -> type:
+        for entry in extra_fields or ():
+            name, annotation, default = entry
+            if not (isinstance(name, str) and isinstance(default, dataclasses.Field)):
+                raise ValueError(
+                    f"Expected extra_fields to a be a list of (name, type, Field) tuples; "
+                    f"got {entry!r}. Build the third item with field(...)."
+                )
+            if "__annotations__" not in klass.__dict__:
+                klass.__annotations__ = {}
+            klass.__annotations__[name] = annotation
+            setattr(klass, name, default)
         _keep_kw_only(klass)
         return dataclasses.dataclass(klass, **kwargs)
 

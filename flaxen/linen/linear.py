@@ -45,7 +45,7 @@ from flaxen.linen.module import Module, compact, merge_param
 
 Array = jax.Array
 Dtype = Any
-PRNGKey = Any
+PRNGKey = jax.Array
 Shape = tuple[int, ...]
 PrecisionLike = None | str | lax.Precision | tuple[str, str] | tuple[lax.Precision, lax.Precision]
 DotGeneralT = Callable[..., Array]

@@ -31,6 +31,8 @@ from flaxen.linen.module import Module, compact, merge_param
 Array = jax.Array
 Dtype = Any
 Initializer = initializers.Initializer
+PRNGKey = jax.Array
+Shape = tuple[int, ...]
 
 def _check_mask(layer: str, x: Array, mask: Array | None) -> None:
     if mask is None:
@@ -398,11 +400,17 @@ class InstanceNorm(Module):
 
 
 # The weight re-parameterising wrappers use lifted transforms; they live in their own file.
+# field, canonicalize_dtype and map_variables: names Flax's module imports for its own use
+# and code reaches for from here.
+from dataclasses import field  # noqa: E402, F401
+
 from flaxen.linen._wrapper_norms import (  # noqa: E402, F401
     SpectralNorm,
     WeightNorm,
     _l2_normalize,
 )
+from flaxen.linen.dtypes import canonicalize_dtype  # noqa: E402, F401
+from flaxen.linen.transforms import map_variables  # noqa: E402, F401
 
 # Flax's private helpers, used by some downstream code; same signatures.
 _abs_sq = abs_sq

@@ -57,7 +57,7 @@ __all__ = [
     "get_axis_rules", "logical_to_mesh", "logical_to_mesh_axes", "param_with_axes", "remat",
     "scan_with_axes", "set_axis_rules", "variable_with_axes", "vmap_with_axes",
     "with_sharding_constraint", "LogicalPartitionSpec", "LogicalPartitionSpecPytree",
-    "LogicalRules",
+    "LogicalRules", "core_remat_static",
 ]
 
 # The rule helpers under their legacy names.
@@ -67,13 +67,14 @@ get_axis_rules = get_logical_axis_rules
 with_sharding_constraint = with_logical_constraint
 
 
-class AxisMetadata(struct.PyTreeNode):
+@struct.dataclass
+class AxisMetadata:
     """The logical axis names of one variable, stored in a ``<collection>_axes`` collection.
 
     A pytree without leaves: transforms and ``tree_map`` pass it through unchanged.
     """
 
-    names: tuple = struct.field(pytree_node=False)
+    names: Any = struct.field(pytree_node=False)
 
 
 def _current_module(module: Any, what: str) -> Any:
@@ -306,11 +307,24 @@ def vmap_with_axes(
     return vmapped
 
 
-def _core_remat_static(fn: Callable[..., Any], variables: CollectionFilter = True,
-                       rngs: PRNGSequenceFilter = True, concrete: bool = False,
-                       prevent_cse: bool = True, static_argnums: tuple[int, ...] = (),
-                       policy: Callable[..., bool] | None = None) -> Callable[..., Any]:
+def core_remat_static(fn: Callable[..., Any], variables: CollectionFilter = True,
+                      rngs: PRNGSequenceFilter = True, concrete: bool = False,
+                      prevent_cse: bool = True, static_argnums: tuple[int, ...] = (),
+                      policy: Callable[..., bool] | None = None) -> Callable[..., Any]:
+    """The functional-core remat of ``fn(scope, *args)`` whose ``static_argnums`` (counted
+    after the scope) are passed as Python values, not traced.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from flaxen.core import init
+    >>> def body(scope, x, n):
+    ...     return x * n
+    >>> init(core_remat_static(body, static_argnums=(1,)))(jax.random.key(0), jnp.ones(2), 3)[0]
+    Array([3., 3.], dtype=float32)
+    """
     return lift.checkpoint(fn, variables, rngs, concrete, prevent_cse, static_argnums, policy)
+
+
+_core_remat_static = core_remat_static
 
 
 def remat(target: Any, variables: CollectionFilter = True, rngs: PRNGSequenceFilter = True,

@@ -13,8 +13,14 @@ The cells live in ``flaxen.linen._cells`` and the sequence layers in
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
+import jax
+from typing_extensions import Protocol  # Flax's Protocols are typing_extensions' ones
+
 from flaxen.linen._cells import (
     ConvLSTMCell,
+    DenseParams,
     GRUCell,
     LSTMCell,
     MGUCell,
@@ -24,9 +30,39 @@ from flaxen.linen._cells import (
 )
 from flaxen.linen._rnn import RNN, Bidirectional, flip_sequences
 
-RNNBase = RNN  # the type Bidirectional's fields expect (a Protocol in Flax)
+A = TypeVar("A")
+Carry = Any
+CarryHistory = Any
+Output = Any
+
+
+class RNNBase(Protocol):
+    """What ``Bidirectional`` expects of its forward and backward layers (``RNN`` fits).
+
+    >>> import flaxen.linen as nn
+    >>> nn.recurrent.RNNBase.__call__.__name__
+    '__call__'
+    """
+
+    def __call__(
+        self,
+        inputs: jax.Array,
+        *,
+        initial_carry: Carry | None = None,
+        init_key: Any | None = None,
+        seq_lengths: Any | None = None,
+        return_carry: bool | None = None,
+        time_major: bool | None = None,
+        reverse: bool | None = None,
+        keep_order: bool | None = None,
+    ) -> Output | tuple[Carry, Output]: ...
 
 __all__ = [
+    "A",
+    "Carry",
+    "CarryHistory",
+    "DenseParams",
+    "Output",
     "RNN",
     "Bidirectional",
     "ConvLSTMCell",

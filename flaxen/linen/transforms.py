@@ -43,6 +43,15 @@ from flaxen.core._lift_misc import fold_rngs_reseeded
 from flaxen.core.frozen_dict import FrozenDict
 from flaxen.core.scope import CollectionFilter, PRNGSequenceFilter
 from flaxen.linen._interception import named_call
+from flaxen.linen._transform_cached import (
+    ModuleT,
+    TransformTarget,
+    clean_clone,
+    decorator_lift_transform_cached,
+    fork_rngs,
+    lift_transform_cached,
+    module_class_lift_transform_cached,
+)
 from flaxen.linen._transform_jit import jit_lift_transform
 from flaxen.linen._transform_wrap import (
     DirectTransformTargetError,
@@ -64,6 +73,8 @@ InOutAxis = Any
 InOutScanAxis = Any
 
 __all__ = [
+    "ModuleT", "TransformTarget", "clean_clone", "decorator_lift_transform_cached",
+    "fork_rngs", "lift_transform_cached", "module_class_lift_transform_cached",
     "InstancePlaceholder", "VariablePlaceholder", "add_metadata_axis", "checkpoint", "cond",
     "custom_vjp", "decorator_lift_transform", "fold_rngs", "get_module_scopes", "grad", "jit",
     "jvp", "lift_direct_transform", "lift_transform", "map_variables",
