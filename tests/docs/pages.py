@@ -2,10 +2,11 @@
 
 A page is MyST Markdown under ``docs/``. Its fenced ``python`` blocks run top to bottom in one
 namespace (a later block may use names from an earlier one), in a fresh temporary working
-directory. A fenced ``output`` block placed right after a ``python`` block shows what that
-block prints; the printed text must match it, compared like a doctest (``...`` stands for
-any text, runs of whitespace compare equal). Other fences (``bash``, ``text``, directives)
-are shown, not run.
+directory that, like a clone's root, has the repository's ``examples/`` in it (pages import
+the example scripts from there). A fenced ``output`` block placed right after a ``python``
+block shows what that block prints; the printed text must match it, compared like a doctest
+(``...`` stands for any text, runs of whitespace compare equal). Other fences (``bash``,
+``text``, directives) are shown, not run.
 """
 
 from __future__ import annotations
@@ -115,6 +116,9 @@ def run_page(path: pathlib.Path, workdir: pathlib.Path) -> int:
     namespace = module.__dict__
     sys.modules[module.__name__] = module
     previous = os.getcwd()
+    examples = workdir / "examples"
+    if not examples.exists():
+        examples.symlink_to(DOCS.parent / "examples", target_is_directory=True)
     os.chdir(workdir)
     try:
         count = 0
