@@ -777,7 +777,16 @@ def with_metadata(
     return wrapped
 
 
+_NAME_REGISTRY = frozenset({
+    "register_variable_name", "variable_name_from_type", "variable_type_from_name"})
+
+
 def __getattr__(name: str) -> tp.Any:
+    if name in _NAME_REGISTRY:
+        # upward: the collection-name registry maps names to the Variable classes defined here
+        from flaxen.nnx import _variable_names
+
+        return getattr(_variable_names, name)
     if name == "HijaxVariable":
         # upward: see _to_hijax; Flax's variablelib names the hijax classes
         from flaxen.nnx import _hijax
