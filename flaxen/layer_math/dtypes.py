@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -86,5 +87,42 @@ def promote_dtype(*args: Any, dtype: Dtype | None = None, inexact: bool = True) 
     >>> x.dtype.name, k.dtype.name, b
     ('float32', 'float32', None)
     """
+    if _already_promoted(args, dtype, inexact):
+        # every layer call lands here with matching float dtypes: the promotion below
+        # would hand back the very same arrays, only after a result_type and a cast each
+        return list(args)
     dtype = canonicalize_dtype(*args, dtype=dtype, inexact=inexact)
     return [None if x is None else jnp.asarray(x, dtype) for x in args]
+
+
+_INEXACT: dict[Any, bool] = {}
+
+
+def _already_promoted(args: tuple, dtype: Any, inexact: bool) -> bool:
+    """True when every argument is a strongly typed JAX array (or None) of one dtype, which
+    is ``dtype`` when given and inexact when asked: then promotion changes nothing."""
+    first = None
+    for x in args:
+        if x is None:
+            continue
+        # weak types are left to the general path: casting makes them strong
+        if not isinstance(x, jax.Array) or x.weak_type:
+            return False
+        if first is None:
+            first = x.dtype
+        elif x.dtype != first:
+            return False
+    if first is None:
+        return False
+    if dtype is not None:
+        try:
+            if jnp.dtype(dtype) != first:
+                return False
+        except TypeError:
+            return False
+    if inexact:
+        ok = _INEXACT.get(first)
+        if ok is None:
+            ok = _INEXACT[first] = bool(jnp.issubdtype(first, jnp.inexact))
+        return ok
+    return True
