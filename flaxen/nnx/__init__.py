@@ -206,7 +206,14 @@ from flaxen.nnx.variablelib import (
 VariableState = Variable  # today's State leaves are Variables (0.8.3's class: experimental)
 from flaxen.nnx.visualization import display
 from flaxen.nnx.summary import tabulate
-from flaxen.nnx._variable_names import register_variable_name
+from flaxen.nnx._variable_names import (
+    register_variable_name,
+    variable_name_from_type,
+    variable_type_from_name,
+)
+from flaxen.nnx.graphlib import iter_module_children, variables
+from flaxen.nnx.module import M as M
+from jax.nn import identity
 from flaxen.nnx import deprecations as deprecations
 from flaxen.nnx import proxy_caller as proxy_caller
 from flaxen.nnx import reprlib as reprlib

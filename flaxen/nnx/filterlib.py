@@ -254,6 +254,26 @@ def to_predicate(filter: Filter) -> Predicate:  # noqa: A002
     raise InvalidFilterError(filter)
 
 
+if tp.TYPE_CHECKING:
+    ellipsis = EllipsisType
+else:
+    ellipsis = tp.Any  # Flax's name for the type of ``...`` in FilterLiteral
+FilterLiteral = tp.Union[type, str, Predicate, bool, EllipsisType, None]  # noqa: UP007
+
+
+class HasTag(tp.Protocol):
+    """The static type of objects a :class:`WithTag` filter can match (they have ``tag``).
+
+    >>> from flaxen import nnx
+    >>> def tag_of(x: HasTag) -> str:
+    ...     return x.tag
+    >>> tag_of(nnx.Param(0, tag="w"))
+    'w'
+    """
+
+    tag: str
+
+
 def filters_to_predicates(filters: tp.Sequence[Filter]) -> tuple[Predicate, ...]:
     """Predicates for a split: ``...``/``True`` may only come last (it takes the rest)."""
     preds = tuple(to_predicate(f) for f in filters)

@@ -31,7 +31,7 @@ from flaxen.nnx import _trace, filterlib
 from flaxen.nnx._capture import CAPTURES, capture, put, store_for
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graph_ops import iter_graph
-from flaxen.nnx.pytreelib import Pytree, _is_tag, has_data, is_data
+from flaxen.nnx.pytreelib import Pytree, PytreeMeta, _is_tag, has_data, is_data
 from flaxen.nnx.variablelib import Intermediate, Variable
 
 M = tp.TypeVar("M", bound="Module")
@@ -47,7 +47,16 @@ def _empty_tuple() -> tuple:
     return ()
 
 
-class Module(Pytree):
+class ModuleMeta(PytreeMeta):
+    """The metaclass of :class:`Module` (Flax's name; it adds nothing to ``PytreeMeta``).
+
+    >>> from flaxen import nnx
+    >>> type(nnx.Linear) is ModuleMeta or issubclass(type(nnx.Linear), ModuleMeta)
+    True
+    """
+
+
+class Module(Pytree, metaclass=ModuleMeta):
     """Base class of NNX layers and models (see the module docstring).
 
     A Module is an :class:`~flaxen.nnx.Pytree`: arrays, Variables and submodules are its data
@@ -388,4 +397,59 @@ def _accepts(fn: tp.Any, name: str) -> bool:
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
-__all__ = ["Dict", "Intermediate", "List", "Module", "Sequential", "capture"]
+
+# -- Flax 0.12.8's other names in nnx.module ---------------------------------------------------
+# graphlib sits below this file: these are the very objects flaxen.nnx exports
+from flaxen.nnx.graphlib import iter_children as iter_children  # noqa: E402
+from flaxen.nnx.graphlib import iter_module_children as iter_module_children  # noqa: E402
+from flaxen.nnx.graphlib import iter_modules as iter_modules  # noqa: E402
+from flaxen.nnx.graphlib import view as view  # noqa: E402
+from flaxen.nnx.graphlib import view_info as view_info  # noqa: E402
+from flaxen.nnx.graphlib import with_attributes as with_attributes  # noqa: E402
+from flaxen.nnx.statelib import State as _State  # noqa: E402
+
+A = tp.TypeVar("A")
+B = tp.TypeVar("B")
+S = tp.TypeVar("S", bound=tp.Union[_State, tuple[_State, ...]])  # noqa: UP007
+V = tp.TypeVar("V", bound=Variable)
+F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
+P = tp.ParamSpec("P")
+R = tp.TypeVar("R")
+StateMapping = tp.Mapping[tuple, tp.Any]
+
+
+def tuple_reduce(xs: tuple, x: tp.Any) -> tuple:
+    """``xs`` with ``x`` appended: the reducer ``Module.sow`` uses by default.
+
+    >>> tuple_reduce((1,), 2)
+    (1, 2)
+    """
+    return (*xs, x)
+
+
+def tuple_init() -> tuple:
+    """The empty tuple: the initial value ``Module.sow`` reduces onto by default.
+
+    >>> tuple_init()
+    ()
+    """
+    return ()
+
+
+def first_from(*args: A | None, error_msg: str) -> A:
+    """The first argument that is not ``None``; ``ValueError(error_msg)`` when all are.
+
+    Layers use it to pick a call-time override over a constructor default.
+
+    >>> first_from(None, 0, 5, error_msg="no value")
+    0
+    """
+    for arg in args:
+        if arg is not None:
+            return arg
+    raise ValueError(error_msg)
+
+
+__all__ = ["Dict", "Intermediate", "List", "Module", "ModuleMeta", "Sequential", "capture",
+           "first_from", "iter_children", "iter_module_children", "iter_modules",
+           "tuple_init", "tuple_reduce", "view", "view_info", "with_attributes"]

@@ -486,3 +486,109 @@ def check_pytree(obj: tp.Any) -> None:
         raise TypeError(f"check_pytree expects an nnx.Pytree, got a {type(obj).__name__}")
     for name, value in obj.__dict__.items():
         obj._check_value(name, value, None)
+
+
+# -- Flax 0.12.8's other names in nnx.pytreelib -----------------------------------------------
+import os as _os  # noqa: E402
+import threading as _threading  # noqa: E402
+
+from flaxen.nnx import reprlib as _reprlib  # noqa: E402 - a bottom file, no import circle
+
+BUILDING_DOCS = "FLAX_DOC_BUILD" in _os.environ
+P = tp.TypeVar("P", bound=Pytree)
+DataAnnotation = _DATA_TAG
+StaticAnnotation = _STATIC_TAG
+ObjectMeta = PytreeMeta
+
+
+@dataclasses.dataclass
+class ObjectContext(_threading.local):
+    """Per-thread scratch space of Pytree reprs (modules already shown, size statistics).
+
+    >>> OBJECT_CONTEXT.seen_modules_repr is None
+    True
+    """
+
+    seen_modules_repr: set[int] | None = None
+    node_stats: dict[int, dict[type[Variable], tp.Any]] | None = None
+
+
+OBJECT_CONTEXT = ObjectContext()
+
+
+class AttributeStatus(tp.NamedTuple):
+    """Whether a Pytree attribute is data (a pytree leaf) and whether that was declared.
+
+    >>> AttributeStatus(is_data=True, explicit=False).is_data
+    True
+    """
+
+    is_data: bool
+    explicit: bool
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class ArrayRepr(_reprlib.Representable):
+    """An array shown by shape and dtype only (``Array(shape=(2, 3), dtype=float32)``).
+
+    >>> import numpy as np
+    >>> repr(ArrayRepr.from_array(np.zeros((2, 3), np.float32)))
+    "Array(shape=(2, 3), dtype=dtype('float32'))"
+    """
+
+    shape: tuple[int, ...]
+    dtype: tp.Any
+
+    @staticmethod
+    def from_array(array: tp.Any) -> ArrayRepr:
+        return ArrayRepr(tuple(array.shape), array.dtype)
+
+    def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
+        yield _reprlib.Object(type="Array", same_line=True)
+        yield _reprlib.Attr("shape", self.shape)
+        yield _reprlib.Attr("dtype", self.dtype)
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class MutableArrayRepr(_reprlib.Representable):
+    """A ``jax.Ref`` shown by shape and dtype only (``ArrayRef(shape=..., dtype=...)``).
+
+    >>> import numpy as np
+    >>> repr(MutableArrayRepr((4,), np.dtype("int32")))
+    "ArrayRef(shape=(4,), dtype=dtype('int32'))"
+    """
+
+    shape: tuple[int, ...]
+    dtype: tp.Any
+
+    @staticmethod
+    def from_array(array: tp.Any) -> MutableArrayRepr:
+        return MutableArrayRepr(tuple(array.shape), array.dtype)
+
+    def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
+        yield _reprlib.Object(type="ArrayRef", same_line=True)
+        yield _reprlib.Attr("shape", self.shape)
+        yield _reprlib.Attr("dtype", self.dtype)
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class VariableRepr(_reprlib.Representable):
+    """A Variable's type, (abbreviated) value and metadata, shown as the Variable would be.
+
+    >>> from flaxen import nnx
+    >>> print(repr(VariableRepr(nnx.Param, 1.0, {"tag": "w"})))
+    Param(
+      value=1.0,
+      tag='w'
+    )
+    """
+
+    var_type: type[Variable]
+    value: tp.Any
+    metadata: dict[str, tp.Any]
+
+    def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
+        yield _reprlib.Object(type=self.var_type)
+        yield _reprlib.Attr("value", self.value)
+        for key, value in self.metadata.items():
+            yield _reprlib.Attr(key, value)

@@ -391,6 +391,33 @@ def fork(state: State, split_filter: filterlib.Filter, split_pattern: SplitPatte
     return State.from_flat_path(split_items), State.from_flat_path(bcast_items)
 
 
+# -- Flax 0.12.8's other names in nnx.rnglib --------------------------------------------------
+F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
+A = tp.TypeVar("A")
+Counts = list[int]
+AxesValue = tp.Union[int, None]  # noqa: UP007
+Fargs = tp.ParamSpec("Fargs")
+OutShardingType: tp.TypeAlias = jax.sharding.NamedSharding | jax.sharding.PartitionSpec | None
+StreamBackup = tuple[RngStream, jax.Array, jax.Array] | tuple[RngStream, jax.Array]
+# the RNG Variables other than keys (the counts): what backups and reseeding leave alone
+NotKey = filterlib.All(RngState, filterlib.Not(RngKey))
+
+
+@tp.runtime_checkable
+class KeylessInitializer(tp.Protocol):
+    """An initializer whose key is already bound (``rngs.params.normal(...)`` returns one).
+
+    >>> import jax.numpy as jnp
+    >>> init = lambda shape, dtype=None, out_sharding=None: jnp.zeros(shape, dtype)
+    >>> isinstance(init, KeylessInitializer)
+    True
+    """
+
+    def __call__(self, shape: tp.Sequence[int], dtype: tp.Any | None = None,
+                 out_sharding: OutShardingType = None) -> jax.Array:
+        raise NotImplementedError
+
+
 _GRAPH_OPS = ("SplitBackups", "backup_keys", "fork_rngs", "reseed", "restore_rngs",
               "split_rngs", "with_rngs")
 

@@ -545,3 +545,60 @@ def check_paths(target: Mapping[Path, tp.Any], restored: Mapping[Path, tp.Any]) 
                 for p, v in flat.items()}
 
     check_restored(arrays(target), arrays(restored))
+
+
+# -- Flax 0.12.8's other names in nnx.statelib ------------------------------------------------
+from flaxen.nnx import reprlib as _reprlib  # noqa: E402 - a bottom file, no import circle
+
+A = tp.TypeVar("A")
+K = tp.TypeVar("K", bound=tp.Hashable)
+S = tp.TypeVar("S", bound=State)
+V = tp.TypeVar("V")
+ExtractValueFn = tp.Callable[[tp.Any], tp.Any]
+SetValueFn = tp.Callable[[V, tp.Any], V]
+
+
+def create_path_filters(state: Mapping[Key, tp.Any]) -> dict[filterlib.PathIn, tp.Any]:
+    """Groups the leaves of ``state`` by value: ``{PathIn(*paths): value}``.
+
+    Variables count by their value, which must be hashable (partition specs, names, numbers).
+    The result is a filter -> value map, e.g. for building sharding rules from a State of specs.
+
+    >>> from flaxen import nnx
+    >>> specs = nnx.State({"a": ("x",), "b": ("x",), "c": None})
+    >>> sorted((sorted(f.paths), v) for f, v in create_path_filters(specs).items())
+    [([('a',), ('b',)], ('x',)), ([('c',)], None)]
+    """
+    groups: dict[tp.Any, set[Path]] = {}
+    for path, leaf in to_flat_state(state):
+        value = leaf.get_value() if isinstance(leaf, Variable) else leaf
+        groups.setdefault(value, set()).add(path)
+    return {filterlib.PathIn(*paths): value for value, paths in groups.items()}
+
+
+class NestedStateRepr(_reprlib.Representable):
+    """A State printed as a plain ``{key: value}`` block, for States nested in a repr.
+
+    >>> from flaxen import nnx
+    >>> print(repr(NestedStateRepr(nnx.State({"a": {"c": 2}, "b": 1}))))
+    {
+      'a': {
+        'c': 2
+      },
+      'b': 1
+    }
+    """
+
+    def __init__(self, state: State):
+        self.state = state
+
+    def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
+        yield _reprlib.Object("", kv_sep=": ", start="{", end="}")
+        for key, value in self.state.items():
+            shown = NestedStateRepr(value) if isinstance(value, State) else value
+            yield _reprlib.Attr(repr(key), shown, use_raw_key=True)
+
+    def __treescope_repr__(self, path: tp.Any, subtree_renderer: tp.Any) -> tp.Any:
+        children = {k: NestedStateRepr(v) if isinstance(v, State) else v
+                    for k, v in self.state.items()}
+        return subtree_renderer(children, path=path)

@@ -433,3 +433,98 @@ def tabulate(
     text = render.render(f"{type(obj).__name__} Summary", columns, cells, footers, caption,
                          kwargs, table_kwargs, column_kwargs)
     return text[1:] if text.startswith("\n") else text
+
+
+# -- Flax 0.12.8's other names in nnx.summary -------------------------------------------------
+from flaxen import typing as _typing  # noqa: E402
+
+
+def _in_ipython() -> bool:
+    try:
+        from IPython import get_ipython  # type: ignore[import-not-found]
+    except ImportError:
+        return False
+    return get_ipython() is not None
+
+
+in_ipython = _in_ipython()
+
+
+class SizeBytes(_typing.SizeBytes):
+    """Element count and bytes, printed with rich markup: ``'6 [dim](24 B)[/dim]'``.
+
+    >>> SizeBytes(6, 24)
+    6 [dim](24 B)[/dim]
+    """
+
+    def __repr__(self) -> str:
+        return f"{self.size:,} [dim]({_typing._human_bytes(self.bytes)})[/dim]"
+
+
+class ObjectInfo(tp.NamedTuple):
+    """What tabulate gathers per graph node: its path, size per Variable type, and its
+    Variables grouped by type.
+
+    >>> ObjectInfo((), {}, {}).path
+    ()
+    """
+
+    path: tuple
+    stats: dict[type[Variable], SizeBytes]
+    variable_groups: dict[type[Variable], dict[tp.Any, Variable]]
+
+
+NodeStats = dict[int, ObjectInfo | None]
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class ArrayRepr:
+    """An array in a table cell: dtype and shape in rich markup (``'[dim]float32[/dim][2,3]'``).
+
+    >>> str(ArrayRepr.from_array(jnp.zeros((2, 3))))
+    '[dim]float32[/dim][2,3]'
+    """
+
+    shape: tuple[int, ...]
+    dtype: tp.Any
+
+    @classmethod
+    def from_array(cls, x: tp.Any) -> ArrayRepr:
+        return cls(jnp.shape(x), jnp.result_type(x))
+
+    def __str__(self) -> str:
+        return f"[dim]{self.dtype}[/dim][{','.join(str(d) for d in self.shape)}]"
+
+
+class SimpleObjectRepr:
+    """A graph node in a table cell: only its type, as ``'Linear(...)'``.
+
+    >>> from flaxen import nnx
+    >>> str(SimpleObjectRepr(nnx.Dropout(0.1)))
+    'Dropout(...)'
+    """
+
+    def __init__(self, obj: tp.Any):
+        self.type = type(obj)
+
+    def __str__(self) -> str:
+        return f"{self.type.__name__}(...)"
+
+    __repr__ = __str__
+
+
+def __getattr__(name: str) -> tp.Any:
+    if name == "NoneDumper":
+        # built on first use: it subclasses yaml's SafeDumper, and `import flaxen.nnx` should
+        # not pay for importing yaml
+        import yaml
+
+        class NoneDumper(yaml.SafeDumper):
+            """A YAML dumper that writes ``None`` as the string ``None`` (not ``null``)."""
+
+        NoneDumper.__module__ = __name__
+        NoneDumper.add_representer(
+            type(None), lambda d, _: d.represent_scalar("tag:yaml.org,2002:str", "None"))
+        globals()["NoneDumper"] = NoneDumper
+        return NoneDumper
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,7 +17,7 @@ keeps them as :data:`empty_node` so that :func:`unflatten_mapping` restores them
 from __future__ import annotations
 
 import typing as tp
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from flaxen.traverse_util import empty_node
 
@@ -25,6 +25,8 @@ __all__ = ["empty_node", "flatten_mapping", "flatten_to_sequence", "unflatten_ma
 
 Path = tuple[tp.Any, ...]
 IsLeaf = tp.Callable[[Path, tp.Any], bool]
+# Flax's name for the ``is_leaf`` callback type: (path, mapping) -> stop here?
+IsLeafCallable = Callable[[tuple[tp.Any, ...], Mapping[tp.Any, tp.Any]], bool]
 
 
 def _walk(xs: Mapping, prefix: Path, keep_empty_nodes: bool, is_leaf: IsLeaf | None,

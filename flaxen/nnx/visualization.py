@@ -135,3 +135,41 @@ def display(*args: tp.Any) -> None:
         pass
     for x in args:
         print(x)
+
+
+# -- Flax 0.12.8's other names in nnx.visualization -------------------------------------------
+def _in_ipython() -> bool:
+    try:
+        from IPython import get_ipython  # type: ignore[import-not-found]
+    except ImportError:
+        return False
+    return get_ipython() is not None
+
+
+in_ipython = _in_ipython()
+
+
+def render_object_constructor(object_type: type[tp.Any], attributes: tp.Mapping[str, tp.Any],
+                              path: str | None, subtree_renderer: tp.Any,
+                              roundtrippable: bool = False, color: str | None = None,
+                              first_line_annotation: tp.Any | None = None) -> tp.Any:
+    """Treescope rendering ``Type(attr=..., ...)`` for use in a ``__treescope_repr__``.
+
+    ``attributes`` must be real attributes of the object (treescope builds paths from them);
+    needs ``treescope`` installed.
+
+    >>> class Pair:
+    ...     def __init__(self, a, b):
+    ...         self.a, self.b = a, b
+    ...     def __treescope_repr__(self, path, subtree_renderer):
+    ...         return render_object_constructor(Pair, {"a": self.a, "b": self.b}, path,
+    ...                                          subtree_renderer)
+    """
+    import treescope  # type: ignore[import-not-found]
+
+    # an annotation is passed on only when given: older treescope releases do not take it
+    extra = {} if first_line_annotation is None else {
+        "first_line_annotation": first_line_annotation}
+    return treescope.repr_lib.render_object_constructor(
+        object_type=object_type, attributes=attributes, path=path,
+        subtree_renderer=subtree_renderer, roundtrippable=roundtrippable, color=color, **extra)

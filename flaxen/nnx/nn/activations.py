@@ -57,3 +57,6 @@ class PReLU(Module):
         else:
             slope = jnp.asarray(slope, inputs.dtype)
         return jnp.where(inputs >= 0, inputs, slope * inputs)
+
+
+from jax.nn import identity as identity  # noqa: E402 - Flax re-exports JAX's, as here
