@@ -31,8 +31,10 @@ from flaxen.nnx._graph_ops import (
     GraphNode,
     PytreeType,
     RefMap,
+    _flatten_pytree,  # noqa: F401 - 0.8.3's private seam, reached as nnx.graph._flatten_pytree
     _leaves_from_states,
     _states_from_flat,
+    _unflatten_pytree,  # noqa: F401
     clone,
     compose_mapping,
     compose_mapping_reversed,
