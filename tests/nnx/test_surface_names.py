@@ -158,3 +158,24 @@ def test_traversals_is_leaf_callable_annotates_is_leaf():
     f: traversals.IsLeafCallable = stop_at_b
     flat = traversals.flatten_mapping({"a": {"x": 1}, "b": {"y": 2}}, is_leaf=f)
     assert flat == {("a", "x"): 1, ("b",): {"y": 2}}
+
+
+def test_transforms_type_variables_and_resolve_kwargs():
+    from flaxen.nnx.transforms import autodiff, compilation, general, iteration, transforms
+
+    for mod, names in [
+        (transforms, "A B C F G M MA N StrInt AxisName Leaves"), (general, "A F"),
+        (iteration, "A B C F G M MA N T StrInt AxisName AxisFn Leaves"),
+        (autodiff, "A F AxisName"), (compilation, "P R Specs AxisName"),
+    ]:
+        for name in names.split():
+            assert type(getattr(mod, name)).__module__ in ("typing", "types"), (mod, name)
+    assert transforms.Index is int and iteration.Index is int
+
+    def f(x, y=2, z=3):
+        return (x, y, z)
+
+    assert transforms.resolve_kwargs(f, (1,), {"z": 9}) == (1, 2, 9)
+    assert transforms.resolve_kwargs()(f)(0, z=1) == (0, 2, 1)
+    with pytest.raises(ValueError, match="must be provided"):
+        transforms.resolve_kwargs(f)

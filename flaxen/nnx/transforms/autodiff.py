@@ -483,3 +483,8 @@ def _jvp_call(f: tp.Callable, primals: tuple, tangents: tuple, has_aux: bool,
 
 # remat lives in its own file; Flax's module path names it here
 from flaxen.nnx.transforms._remat import remat  # noqa: E402
+
+# Flax 0.12.8's type variables and aliases of nnx.transforms.autodiff
+A = tp.TypeVar("A")
+F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
+AxisName = tp.Hashable

@@ -570,3 +570,9 @@ def cached_partial(f: tp.Callable[..., tp.Any], *cached_args: tp.Any, graph: boo
 
 # shard_map lives in its own file; Flax's module path names it here
 from flaxen.nnx.transforms._shard_map import shard_map  # noqa: E402
+
+# Flax 0.12.8's type variables and aliases of nnx.transforms.compilation
+P = tp.ParamSpec("P")
+R = tp.TypeVar("R")
+Specs = tp.Any
+AxisName = tp.Hashable

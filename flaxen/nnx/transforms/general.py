@@ -115,3 +115,8 @@ def split_inputs(f: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
         return out
 
     return split
+
+
+# Flax 0.12.8's type variables of nnx.transforms.general
+A = tp.TypeVar("A")
+F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])

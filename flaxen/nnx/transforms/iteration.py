@@ -211,3 +211,21 @@ from flaxen.nnx.transforms._loops import fori_loop, while_loop  # noqa: E402
 from flaxen.nnx.transforms._scan import Carry, scan  # noqa: E402
 
 __all__ += ["Carry", "fori_loop", "scan", "while_loop"]
+
+# -- Flax 0.12.8's type variables and aliases of nnx.transforms.iteration ----------------------
+from flaxen.nnx.module import Module as _Module  # noqa: E402
+from flaxen.nnx.statelib import State as _State  # noqa: E402
+
+A = tp.TypeVar("A")
+B = tp.TypeVar("B")
+C = tp.TypeVar("C")
+G = tp.TypeVar("G", bound=tp.Callable[..., tp.Any])
+M = tp.TypeVar("M", bound=_Module)
+MA = tp.TypeVar("MA", bound=_Module)
+N = tp.TypeVar("N", bound=_Module)
+StrInt = tp.TypeVar("StrInt", str, int)
+AxisName = tp.Hashable
+Leaves = list[tp.Any]
+Index = int
+T = tp.TypeVar("T")
+AxisFn = tp.Callable[[_State | Variable, int, tp.Mapping], _State | Variable]

@@ -158,3 +158,56 @@ def make_jaxpr(f: tp.Callable[..., tp.Any], *, graph: bool | None = None,
         return jax.make_jaxpr(pure, **jax_kwargs)(lift.values, lift.leaves)
 
     return wrapper
+
+
+# -- Flax 0.12.8's type variables and aliases of nnx.transforms.transforms ---------------------
+from flaxen.nnx.module import Module as _Module  # noqa: E402
+
+A = tp.TypeVar("A")
+B = tp.TypeVar("B")
+C = tp.TypeVar("C")
+F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
+G = tp.TypeVar("G", bound=tp.Callable[..., tp.Any])
+M = tp.TypeVar("M", bound=_Module)
+MA = tp.TypeVar("MA", bound=_Module)
+N = tp.TypeVar("N", bound=_Module)
+StrInt = tp.TypeVar("StrInt", str, int)
+AxisName = tp.Hashable
+Leaves = list[tp.Any]
+Index = int
+
+
+_UNSET: tp.Any = object()
+
+
+def resolve_kwargs(fun: tp.Callable[..., tp.Any] = _UNSET, args: tuple = _UNSET,
+                   kwargs: dict[str, tp.Any] = _UNSET) -> tp.Any:
+    """``args`` with ``kwargs`` moved to their positions in ``fun``'s signature (defaults
+    filled in); called with no argument, a decorator that makes a function take keywords this way.
+
+    Transforms whose per-argument axes are positional use it so keyword arguments get axes too.
+
+    >>> def f(x, y=2):
+    ...     return x + y
+    >>> resolve_kwargs(f, (1,), {"y": 5})
+    (1, 5)
+    >>> resolve_kwargs()(f)(1, y=10)
+    11
+    """
+    if fun is _UNSET:
+        def decorator(f: F) -> F:
+            @functools.wraps(f)
+            def positional(*a: tp.Any, **k: tp.Any) -> tp.Any:
+                return f(*_resolve(f, a, k))
+
+            return tp.cast(F, positional)
+
+        return decorator
+    if args is _UNSET or kwargs is _UNSET:
+        raise ValueError("resolve_kwargs(fun, args, kwargs): args and kwargs must be provided "
+                         "with fun (got only part of them); call resolve_kwargs() without "
+                         "arguments for the decorator form.")
+    return _resolve(fun, args, kwargs)
+
+
+from flaxen.nnx.transforms._carry import resolve_kwargs as _resolve  # noqa: E402
