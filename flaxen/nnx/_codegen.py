@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import types
 import typing as tp
+from collections.abc import Mapping
 
 from flaxen.nnx import _trace
 from flaxen.nnx._graph_node import GraphNode
@@ -159,6 +160,80 @@ def make_states_fn(defs: tuple, variables: bool = False) -> tp.Callable[[list], 
 
     ln.append(f"return {emit(trie or {})}")
     return src.compile("states_from_vars", "vs", _COMMON_ENV)
+
+
+def make_nest_fn(paths: tp.Sequence[tuple]) -> tp.Callable[[tp.Sequence], State] | None:
+    """``fn(leaves) -> State`` nesting ``leaves[i]`` at ``paths[i]`` (the leaves themselves,
+    no copies), or None when the paths do not form a tree of names (an empty path, or a
+    path that is also the prefix of another)."""
+    if len(paths) > _MAX_OBJECTS:
+        return None
+    trie = _trie(paths)
+    if trie is None:
+        return None
+    src = _Source()
+    ln = src.lines
+    if paths:
+        ln.append(", ".join(f"a{i}" for i in range(len(paths))) + ", = vs")
+
+    def emit(node: dict) -> str:
+        items = [f"{src.const(k)}: " + (f"a{sub}" if type(sub) is int else emit(sub))
+                 for k, sub in node.items()]
+        name = src.fresh("s")
+        ln.append(f"{name} = _new(_S); _set_map({name}, {{{', '.join(items)}}})")
+        return name
+
+    ln.append(f"return {emit(trie)}")
+    return src.compile("nest_leaves", "vs", _COMMON_ENV)
+
+
+def make_lookup_fn(paths: tp.Sequence[tuple]) -> tp.Callable[[tp.Any], tp.Any] | None:
+    """``fn(state) -> [leaf, ...]`` reading ``paths`` (in that order) out of one State that
+    holds exactly those paths and nothing else, or :data:`MISS` for any other argument (a
+    missing or extra key, a plain dict, a non-State in the way), or None when the paths do
+    not form a tree of names."""
+    if len(paths) > _MAX_OBJECTS:
+        return None
+    trie = _trie(paths)
+    if trie is None:
+        return None
+    src = _Source()
+    ln = src.lines
+    ln.append("if _type(s) is not _S: return _MISS")
+    ln.append("try:")
+    ln.append("    m0 = s._mapping")
+    nested: list[str] = []
+
+    def lookup(node: dict, m: str) -> None:
+        ln.append(f"    if _len({m}) != {len(node)}: return _MISS")
+        for k, sub in node.items():
+            if type(sub) is int:
+                ln.append(f"    l{sub} = {m}[{src.const(k)}]")
+            else:
+                child = src.fresh("m")
+                ln.append(f"    n{child} = {m}[{src.const(k)}]; {child} = n{child}._mapping")
+                nested.append(f"n{child}")
+                lookup(sub, child)
+
+    lookup(trie, "m0")
+    ln.append("except (AttributeError, KeyError, TypeError):")
+    ln.append("    return _MISS")
+    if nested:
+        # a Variable or other object with a ``_mapping`` must not pass for a State
+        ln.append(f"if _tuple(_map(_type, ({', '.join(nested)},))) != "
+                  f"{src.const((State,) * len(nested))}: return _MISS")
+    ln.append(f"out = [{', '.join(f'l{i}' for i in range(len(paths)))}]")
+    # a mapping where a leaf belongs is a deeper structure than the definition's: the
+    # general path reports it
+    ln.append("for t in _set(_map(_type, out)):")
+    ln.append("    if _is_mapping_type(t): return _MISS")
+    ln.append("return out")
+    return src.compile("lookup_leaves", "s",
+                       {**_COMMON_ENV, "_set": set, "_is_mapping_type": _is_mapping_type})
+
+
+def _is_mapping_type(t: type) -> bool:
+    return issubclass(t, Mapping) and not issubclass(t, Variable)
 
 
 def make_merge_fn(defs: tuple, variables: bool = False) -> tp.Callable[[State], tp.Any] | None:

@@ -104,7 +104,7 @@ class FlatGraph:
     """Result of one walk: the definitions, the shared objects and the State leaves."""
 
     __slots__ = ("defs", "refs", "leaves", "paths", "containers", "has_arrays", "epoch",
-                 "graphdef")
+                 "graphdef", "tree")
 
     def __init__(self, defs: tuple, refs: list, leaves: list, paths: list,
                  containers: list, has_arrays: bool) -> None:
@@ -116,6 +116,9 @@ class FlatGraph:
         self.has_arrays = has_arrays
         self.epoch = _EPOCH[0]
         self.graphdef: tp.Any = None  # set by the caller's intern function
+        # tree mode's view of the same walk (see _graph_walk.tree_flatten_cached), checked
+        # once against a real tree-mode flatten; False when the two disagree
+        self.tree: tp.Any = None
 
     @property
     def variables(self) -> list:

@@ -22,8 +22,8 @@ import typing as tp
 
 import jax
 
+from flaxen.nnx import _codegen, filterlib
 from flaxen.nnx import _graph_engine as eng
-from flaxen.nnx import filterlib
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._modes import set_graph_mode
 from flaxen.nnx.variablelib import Variable, is_array_ref
@@ -91,6 +91,77 @@ def _check_tree(node: tp.Any) -> None:
             walk(child, (*path, _key(kp[0])), stack)
 
     walk(node, (), set())
+
+
+# -- tree mode, cached ----------------------------------------------------------------------
+
+class TreeWalk:
+    """A tree-mode flatten (graphdef, sorted paths) tied to one cached graph walk.
+
+    Why: a tree-mode flatten re-walks every object through JAX's Python flatten callbacks
+    and re-checks sharing on each call. The graph engine's cached walk already knows when
+    a structure changed (any graph-node attribute write, any mutable container whose
+    children changed), so a tree-mode flatten is done once per such walk, checked to find
+    the same leaves, and reused with it: leaves come from the walk, in tree order.
+    """
+
+    __slots__ = ("graphdef", "paths", "perm", "_uses", "_nest", "_lookup")
+
+    def __init__(self, graphdef: tp.Any, paths: tuple, perm: tuple | None) -> None:
+        self.graphdef = graphdef
+        self.paths = paths
+        self.perm = perm  # tree order -> walk order; None when they are the same
+        self._uses = 0
+        self._nest: tp.Any = None
+        self._lookup: tp.Any = None
+
+    def leaves(self, walked: list) -> list:
+        perm = self.perm
+        return list(walked) if perm is None else [walked[i] for i in perm]
+
+    def nest_fn(self) -> tp.Callable | None:
+        """The generated ``leaves -> State`` function, built on the second use."""
+        if self._nest is None:
+            self._uses += 1
+            if self._uses >= 2:
+                self._nest = _codegen.make_nest_fn(self.paths) or False
+        return self._nest or None
+
+
+def _tree_view(fg: eng.FlatGraph, graphdef: tp.Any, paths: list, leaves: list
+               ) -> TreeWalk | tp.Literal[False]:
+    """The TreeWalk of ``fg`` when tree mode found exactly the walk's leaves, else False."""
+    walked = fg.leaves
+    if fg.has_arrays or len(walked) != len(leaves):
+        return False
+    pos = {id(x): i for i, x in enumerate(walked)}
+    perm = tuple(pos.get(id(x), -1) for x in leaves)
+    if -1 in perm or len(set(perm)) != len(perm):
+        return False
+    identity = perm == tuple(range(len(perm)))
+    return TreeWalk(graphdef, tuple(paths), None if identity else perm)
+
+
+def tree_flatten_cached(node: tp.Any, walk: tp.Callable[[tp.Any], eng.FlatGraph],
+                        slow: tp.Callable[[tp.Any], tuple[tp.Any, list, list]]
+                        ) -> tuple[tp.Any, tuple | list, list, TreeWalk | None]:
+    """``(graphdef, paths, leaves, tree_walk)`` of a tree-mode flatten of ``node``.
+
+    ``slow`` is the full tree-mode flatten (checks included) and ``walk`` the cached graph
+    walk; a root that is not a graph node, or whose walk holds bare arrays, always takes
+    ``slow`` (``tree_walk`` is then None).
+    """
+    if not isinstance(node, GraphNode) or not _is_pytree(node):
+        return (*slow(node), None)
+    fg = walk(node)
+    tw = fg.tree
+    if tw is None:
+        gd, paths, leaves = slow(node)
+        view = fg.tree = _tree_view(fg, gd, paths, leaves)
+        return gd, paths, leaves, view or None
+    if tw is False:
+        return (*slow(node), None)
+    return tw.graphdef, tw.paths, tw.leaves(fg.leaves), tw
 
 
 # -- iteration -----------------------------------------------------------------------------

@@ -62,6 +62,7 @@ from flaxen.nnx._graph_walk import (  # walking a graph without splitting it
     iter_module_children,  # noqa: F401
     iter_modules,
     recursive_map,
+    tree_flatten_cached,
 )
 from flaxen.nnx._graphdef import NodeDef, NodeRef, VariableDef
 from flaxen.nnx._modes import set_graph_mode, set_graph_updates
@@ -144,7 +145,7 @@ class TreeNodeDef:
     puts leaves given in path order back where the treedef wants them.
     """
 
-    __slots__ = ("treedef", "paths", "path_index", "_hash")
+    __slots__ = ("treedef", "paths", "path_index", "_hash", "_in_order", "_lookup", "_uses")
 
     def __init__(self, treedef: tp.Any, paths: tuple, path_index: tuple | None = None
                  ) -> None:
@@ -153,12 +154,32 @@ class TreeNodeDef:
         self.path_index = path_index if path_index is not None else tuple(
             (p, i) for i, p in enumerate(paths))
         self._hash = hash((treedef, paths))
+        # path order is the treedef's own order for most trees: no reordering then
+        self._in_order = all(i == k for k, (_, i) in enumerate(self.path_index))
+        self._lookup: tp.Any = None
+        self._uses = 0
 
     def unflatten(self, leaves: tp.Sequence[tp.Any]) -> tp.Any:
+        if self._in_order:
+            return self.treedef.unflatten(leaves)
         ordered = list(leaves)
         for (_, i), leaf in zip(self.path_index, leaves):
             ordered[i] = leaf
         return self.treedef.unflatten(ordered)
+
+    def leaves_of(self, states: tp.Sequence[tp.Any], what: str) -> list:
+        """The leaves for :meth:`unflatten`, in path order, read out of ``states``."""
+        if len(states) == 1:
+            fn = self._lookup
+            if fn is None:  # generated on the second use: most definitions are reused
+                self._uses += 1
+                if self._uses >= 2:
+                    fn = self._lookup = _codegen.make_lookup_fn(self.paths) or False
+            if fn:
+                out = fn(states[0])
+                if out is not _codegen.MISS:
+                    return out
+        return _flat_leaves(self.paths, states, what)
 
     def __hash__(self) -> int:
         return self._hash
@@ -218,6 +239,11 @@ def _walk(node: tp.Any) -> eng.FlatGraph:
 # -- tree mode -----------------------------------------------------------------------------
 
 def _tree_flatten(node: tp.Any) -> tuple[TreeGraphDef, list, list]:
+    gd, paths, leaves, _ = tree_flatten_cached(node, _walk, _tree_flatten_slow)
+    return gd, list(paths), leaves
+
+
+def _tree_flatten_slow(node: tp.Any) -> tuple[TreeGraphDef, list, list]:
     _check_tree(node)
     with_path, treedef = jax.tree_util.tree_flatten_with_path(node, is_leaf=_tree_leaf)
     tree_paths = [tuple(_key(k) for k in kp) for kp, _ in with_path]
@@ -334,15 +360,29 @@ def split(node: A, *filters: filterlib.Filter, graph: bool | None = None) -> tup
         if gd._uses < _ops._COMPILE_AT:
             gd._compile()
         return gd, _nest(fg.paths, fg.leaves)
+    if not _mode(graph):
+        return _tree_states(node, filters, True)
     gd, paths, leaves = _split_parts(node, graph)
     return (gd, *_states(gd, paths, leaves, filters, True))
+
+
+def _tree_states(node: tp.Any, filters: tuple, exhaustive: bool) -> tuple:
+    gd, paths, leaves, tw = tree_flatten_cached(node, _walk, _tree_flatten_slow)
+    if not filters and tw is not None:
+        fn = tw.nest_fn()
+        if fn is not None:
+            return gd, fn(leaves)
+    return (gd, *_states(gd, list(paths), leaves, filters, exhaustive))
 
 
 @traceback_util.api_boundary
 def state(node: tp.Any, *filters: filterlib.Filter, graph: bool | None = None) -> tp.Any:
     """The node's State (of its Variables), or one State per filter."""
-    gd, paths, leaves = _split_parts(node, graph)
-    out = _states(gd, paths, leaves, filters, False)
+    if not _mode(graph):
+        out = _tree_states(node, filters, False)[1:]
+    else:
+        gd, paths, leaves = _split_parts(node, graph)
+        out = _states(gd, paths, leaves, filters, False)
     return out[0] if len(out) == 1 else out
 
 
@@ -427,7 +467,7 @@ def merge(graphdef: tp.Any, state: tp.Any = _NO_STATE, /, *states: tp.Any,
         if _root_is_leaf(graphdef):
             leaves = [_single_leaf(all_states)]
         else:
-            leaves = _flat_leaves(nodedef.paths, all_states, "merge")
+            leaves = nodedef.leaves_of(all_states, "merge")
         return nodedef.unflatten(leaves)
     if not isinstance(graphdef, _graphdef.GraphDef):
         raise TypeError(

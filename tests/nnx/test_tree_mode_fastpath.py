@@ -61,3 +61,151 @@ def test_promote_dtype_under_jit_keeps_dtype():
 
     assert f(jnp.ones(2, jnp.bfloat16), jnp.ones(2, jnp.bfloat16)).dtype == jnp.bfloat16
     assert f(jnp.ones(2, jnp.bfloat16), jnp.ones(2)).dtype == jnp.float32
+
+
+# -- tree mode: split / state / merge cached per walk ---------------------------------------
+
+from flaxen import nnx  # noqa: E402
+from flaxen.nnx import _graph_engine as eng  # noqa: E402
+from flaxen.nnx import graphlib  # noqa: E402
+from flaxen.nnx._graph_walk import TreeWalk  # noqa: E402
+
+
+class Block(nnx.Module):
+    def __init__(self, n, rngs):
+        self.layers = nnx.List([nnx.Linear(2, 2, rngs=rngs) for _ in range(n)])
+        self.extra = nnx.data({"b": nnx.Param(jnp.zeros(3)), "a": nnx.BatchStat(jnp.ones(1))})
+        self.name = "block"
+
+
+def _slow(node):
+    gd, paths, leaves = graphlib._tree_flatten_slow(node)
+    return gd, graphlib._nest(paths, leaves)
+
+
+def _same(a, b):
+    fa, fb = nnx.to_flat_state(a), nnx.to_flat_state(b)
+    assert [p for p, _ in fa] == [p for p, _ in fb]
+    assert all(x is y for (_, x), (_, y) in zip(fa, fb))
+
+
+def _assert_like_slow(model, calls=4):
+    want_gd, want = _slow(model)
+    for _ in range(calls):  # past the second use, where the generated code takes over
+        gd, st = nnx.split(model, graph=False)
+        assert gd == want_gd
+        _same(st, want)
+        _same(nnx.state(model, graph=False), want)
+    return gd, st
+
+
+def test_tree_split_is_reused_and_equals_uncached_path():
+    model = Block(12, nnx.Rngs(0))
+    gd, st = _assert_like_slow(model)
+    assert list(nnx.to_flat_state(st))[0][0] == ("extra", "a")
+    assert nnx.split(model, graph=False)[0] is gd  # the cached definition itself
+    assert isinstance(graphlib._walk(model).tree, TreeWalk)  # the cache was really used
+
+
+def test_tree_cache_sees_attribute_changes():
+    model = Block(3, nnx.Rngs(0))
+    _assert_like_slow(model)
+    model.new = nnx.Param(jnp.ones(2))
+    _, st = _assert_like_slow(model)
+    assert st["new"] is model.new
+    model.layers[0].kernel = nnx.Param(jnp.zeros((2, 2)))  # a Variable replaced
+    _, st = _assert_like_slow(model)
+    assert st["layers"][0]["kernel"] is model.layers[0].kernel
+    del model.new
+    _, st = _assert_like_slow(model)
+    assert "new" not in st
+
+
+def test_tree_cache_sees_in_place_container_changes():
+    model = Block(3, nnx.Rngs(0))
+    _assert_like_slow(model)
+    model.extra["c"] = nnx.Param(jnp.ones(4))
+    _, st = _assert_like_slow(model)
+    assert st["extra"]["c"] is model.extra["c"]
+    model.layers.append(nnx.Linear(2, 2, rngs=nnx.Rngs(1)))
+    _, st = _assert_like_slow(model)
+    assert st["layers"][3]["kernel"] is model.layers[3].kernel
+    model.extra["c"] = nnx.Param(jnp.zeros(4))  # same key, new Variable
+    _, st = _assert_like_slow(model)
+    assert st["extra"]["c"] is model.extra["c"]
+
+
+def test_tree_cache_other_objects_of_the_same_type():
+    a, b = Block(3, nnx.Rngs(0)), Block(3, nnx.Rngs(1))
+    _, sa = _assert_like_slow(a)
+    _, sb = _assert_like_slow(b)
+    assert sa["layers"][0]["kernel"] is a.layers[0].kernel
+    assert sb["layers"][0]["kernel"] is b.layers[0].kernel
+    assert sa["layers"][0]["kernel"] is not sb["layers"][0]["kernel"]
+
+
+def test_tree_cache_still_rejects_sharing_added_later():
+    model = Block(2, nnx.Rngs(0))
+    _assert_like_slow(model)
+    model.other = model.layers[0]
+    with pytest.raises(ValueError, match="shared references"):
+        nnx.split(model, graph=False)
+    with pytest.raises(ValueError, match="shared references"):
+        nnx.split(model, graph=False)
+
+
+def test_tree_cache_with_bare_arrays_and_filters():
+    class WithArray(nnx.Pytree):
+        def __init__(self):
+            self.w = nnx.data(jnp.ones(2))
+            self.p = nnx.Param(jnp.zeros(2))
+
+    obj = WithArray()
+    for _ in range(3):
+        gd, st = nnx.split(obj, graph=False)
+        assert st["w"] is obj.w and st["p"] is obj.p
+    model = Block(2, nnx.Rngs(0))
+    for _ in range(3):
+        _, params, rest = nnx.split(model, nnx.Param, ..., graph=False)
+        assert "a" not in params["extra"] and rest["extra"]["a"] is model.extra["a"]
+        assert nnx.state(model, nnx.BatchStat, graph=False)["extra"]["a"] is model.extra["a"]
+
+
+def test_tree_merge_lookup_equals_uncached_and_reports_mismatch():
+    model = Block(3, nnx.Rngs(0))
+    gd, st = nnx.split(model, graph=False)
+    for _ in range(3):
+        new = nnx.merge(gd, st)
+        assert new.layers[2].bias is model.layers[2].bias and new.name == "block"
+        assert new.extra["b"] is model.extra["b"]
+    # an extra key, a missing key, a plain dict and a nested mapping at a leaf
+    extra = nnx.State({**st, "zzz": nnx.Param(jnp.ones(1))})
+    new = nnx.merge(gd, extra)  # the general path ignores entries the tree has no place for
+    assert new.layers[0].kernel is model.layers[0].kernel
+    missing = nnx.State({k: v for k, v in st.items() if k != "extra"})
+    with pytest.raises(ValueError, match="not found"):
+        nnx.merge(gd, missing)
+    plain = nnx.to_pure_dict(st)
+    new = nnx.merge(gd, plain)
+    np.testing.assert_array_equal(new.layers[1].kernel[...], model.layers[1].kernel[...])
+    broken = nnx.State({**st, "extra": nnx.State({"a": nnx.State({"x": model.extra["a"]}),
+                                                   "b": model.extra["b"]})})
+    with pytest.raises(ValueError):
+        nnx.merge(gd, broken)
+
+
+def test_tree_merge_of_a_walk_whose_order_differs():
+    # nnx.List keys 10, 11 sort after 9 in both orders; dict keys mix orders
+    model = Block(12, nnx.Rngs(0))
+    gd, st = nnx.split(model, graph=False)
+    for _ in range(3):
+        new = nnx.merge(gd, st)
+        assert [layer.kernel for layer in new.layers] == [layer.kernel for layer in
+                                                         model.layers]
+
+
+def test_tree_mode_engine_cache_cleared():
+    model = Block(2, nnx.Rngs(0))
+    _assert_like_slow(model)
+    eng.clear_cache()
+    _assert_like_slow(model)
