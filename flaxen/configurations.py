@@ -252,31 +252,33 @@ class Config:
         return ", ".join(sorted(self._values))
 
     def _check(self, name: str, value: Any) -> Any:
+        # Flax stores whatever it is given; flaxen does too, except that values meaning a bool
+        # (0/1, numpy bools, the strings the environment variables accept) become real bools,
+        # and integer strings become ints, so `update('flax_profile', 'false')` turns the flag
+        # off instead of storing a truthy string.
         kind = self._kinds.get(name)
         if kind is bool:
-            # Accept 0/1 and scalar numpy bools, which users commonly pass.
             if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
                 return bool(value)
             if getattr(value, "shape", None) == () and getattr(
                     getattr(value, "dtype", None), "kind", None) == "b":
                 return bool(value)
-            expected = "a bool (True or False)"
-        elif kind is int:
-            if value is None or (isinstance(value, int) and not isinstance(value, bool)):
-                return value
-            expected = "an int or None"
-        else:
-            return value  # an option added to _values directly: no declared type
-        raise TypeError(
-            f"Config option {name!r} expects {expected}, got {value!r} "
-            f"of type {type(value).__name__}."
-        )
+            if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+                return value.strip().lower() in _TRUE
+        elif kind is int and isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        return value
 
     def update(self, name_or_holder: str | FlagHolder, value: Any, /) -> None:
         """Set a flag by name (``'flax_<name>'``) or by its :class:`FlagHolder`.
 
-        Raises ``LookupError`` for an unknown name (the message lists the known flags)
-        and ``TypeError`` for a value of the wrong type.
+        Raises ``LookupError`` for an unknown name (the message lists the known flags). Values
+        are stored as given (as in Flax), except that for a bool flag ``0``/``1``, numpy bools
+        and the strings an environment variable accepts (``'yes'``, ``'off'``, ...) become
+        ``True``/``False``, and for an int flag an integer string becomes an int.
         """
         name = (name_or_holder.name if isinstance(name_or_holder, FlagHolder)
                 else name_or_holder)
