@@ -35,7 +35,8 @@ extensions = [
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
-exclude_patterns = ["_build", "README.md"]
+# _include holds fragments pulled into pages (the generated benchmark table), not pages.
+exclude_patterns = ["_build", "_include", "README.md"]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 
@@ -45,5 +46,5 @@ autodoc_preserve_defaults = True
 
 html_theme = "furo"
 html_title = f"flaxen {release}"
-html_static_path: list[str] = []
-pygments_style = "sphinx"
+html_static_path = ["_static"]
+html_css_files = ["flaxen.css"]

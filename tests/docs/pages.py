@@ -45,8 +45,9 @@ class Step:
 
 
 def pages() -> list[pathlib.Path]:
-    """Every Markdown page of the site, build output excluded."""
-    return sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.parts)
+    """Every Markdown page of the site (build output and included fragments excluded)."""
+    return sorted(p for p in DOCS.rglob("*.md")
+                  if "_build" not in p.parts and "_include" not in p.parts)
 
 
 def fenced_blocks(text: str) -> list[Block]:
