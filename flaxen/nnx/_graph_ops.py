@@ -347,10 +347,14 @@ def update(node: Node, state: tp.Mapping, /, *states: tp.Mapping) -> None:
     """Writes the states' values (and metadata) into ``node``'s Variables, in place."""
     _check_node(node, "update")
     fg = flatten_node(node)
-    leaves = _leaves_from_states(fg.graphdef.defs, (state, *states), "update",
-                                 allow_missing=True)
+    leaves = _lookup(fg, state) if not states else None
+    if leaves is None:
+        leaves = _leaves_from_states(fg.graphdef.defs, (state, *states), "update",
+                                     allow_missing=True)
     arrays = False
     for var, leaf in zip(fg.leaves, leaves):
+        if leaf is var:  # a State of the node's own Variables: nothing to write
+            continue
         if leaf is eng.MISSING:
             continue
         if not isinstance(var, Variable):
@@ -362,11 +366,36 @@ def update(node: Node, state: tp.Mapping, /, *states: tp.Mapping) -> None:
                 eng._EPOCH[0] += 1
         elif isinstance(leaf, Variable):
             object.__setattr__(var, "raw_value", leaf.raw_value)
+            if leaf._var_metadata != var._var_metadata:
+                eng._EPOCH[0] += 1  # the cached walk froze the old metadata
             object.__setattr__(var, "_var_metadata", dict(leaf._var_metadata))
         else:
             object.__setattr__(var, "raw_value", leaf)
     if arrays:  # bare arrays live in their owner's __dict__: rebuild those in place
+        # the builder keeps old values only for the Variables it reuses: give the bare
+        # arrays the state does not mention their current value
+        leaves = [old if new is eng.MISSING and not isinstance(old, Variable) else new
+                  for old, new in zip(fg.leaves, leaves)]
         eng.unflatten(fg.defs, leaves, dict(enumerate(fg.refs)))
+
+
+_SEEN = object()
+
+
+def _lookup(fg: eng.FlatGraph, state: tp.Any) -> list | None:
+    """The leaves of ``fg`` read out of ``state`` by code generated for the walk's paths
+    (from its second use), or None: not a State with exactly those paths, or no code."""
+    fn = fg.lookup
+    if fn is None:
+        fg.lookup = _SEEN
+        return None
+    if fn is _SEEN:
+        fn = fg.lookup = (_codegen.make_lookup_fn(fg.paths) or False) if not fg.has_arrays \
+            else False
+    if fn is False:
+        return None
+    out = fn(state)
+    return None if out is _codegen.MISS else out
 
 
 @traceback_util.api_boundary

@@ -7,6 +7,12 @@ the updates. The optimizer does not hold the model: :class:`ModelAndOptimizer` d
 ``update(grads)``. Flax 0.8.3's face (model inside, ``update(grads)``) lives in
 ``flaxen/experimental/nnx/_optimizer.py``.
 
+Everything here is a short composition of the public functions: ``nnx.state`` picks the
+``wrt`` Variables (the model's walk is cached), ``nnx.as_pure`` turns States of Variables
+into States of arrays for Optax (so label trees built with ``nnx.map_state`` line up with
+what ``optax.partition`` sees), and ``nnx.update`` writes values back where a plain
+assignment to each Variable cannot (bare-array attributes).
+
 >>> import jax.numpy as jnp, optax
 >>> from flaxen import nnx
 >>> model = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
@@ -27,22 +33,15 @@ import jax.numpy as jnp
 import optax
 
 from flaxen.errors import GraphStateMismatchError, NNXArgumentError, NNXFilterError
-from flaxen.nnx import _graph_ops as _graph
 from flaxen.nnx import filterlib
+from flaxen.nnx.graphlib import as_pure, state, update
 from flaxen.nnx.module import Module
+from flaxen.nnx.pytreelib import data
 from flaxen.nnx.statelib import State
-from flaxen.nnx.variablelib import Param, Variable, VariableState
-
-try:  # today's Pytree tells data attributes from static ones (nnx.data)
-    from flaxen.nnx.pytreelib import data as _data
-except ImportError:  # pragma: no cover - before pytreelib exists
-    def _data(value: tp.Any = None, /, **kwargs: tp.Any) -> tp.Any:
-        return value
+from flaxen.nnx.variablelib import Param, Variable
 
 M = tp.TypeVar("M")
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
-_VARS = (Variable, VariableState)
-_Ref: tp.Any = getattr(jax, "Ref", ())
 
 
 class OptState(Variable):
@@ -64,84 +63,30 @@ class OptVariable(OptState):
 
 
 def _is_var(x: tp.Any) -> bool:
-    return isinstance(x, _VARS)
-
-
-def _metadata(v: tp.Any) -> dict:
-    get = getattr(v, "get_metadata", None)
-    md = dict(get()) if get is not None else dict(getattr(v, "_metadata", {}) or {})
-    md.pop("value", None)
-    return md
+    return isinstance(x, Variable)
 
 
 def to_opt_state(tree: tp.Any) -> tp.Any:
     """``tree`` (an Optax state) with each Variable leaf an :class:`OptVariable` (its metadata
     kept; ``optimizer_sharding`` becomes ``out_sharding``) and each array an
-    :class:`OptArray`."""
+    :class:`OptArray`.
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> opt = to_opt_state((jnp.zeros(()), nnx.State({'w': nnx.Param(jnp.ones(2))})))
+    >>> type(opt[0]).__name__, type(opt[1]['w']).__name__
+    ('OptArray', 'OptVariable')
+    """
 
     def wrap(x: tp.Any) -> OptState:
-        if _is_var(x):
-            md = _metadata(x)
+        if isinstance(x, Variable):
+            md = x.get_metadata()
             if "optimizer_sharding" in md:
                 md["out_sharding"] = md.pop("optimizer_sharding")
-            return OptVariable(x.value, **md)
+            return OptVariable(x.get_value(), **md)
         return OptArray(x)
 
     return jax.tree_util.tree_map(wrap, tree, is_leaf=_is_var)
-
-
-def as_pure(tree: tp.Any) -> tp.Any:
-    """``tree`` with States as plain dicts and Variables as their values (arrays only)."""
-
-    def pure(x: tp.Any) -> tp.Any:
-        if _is_var(x):
-            value = x.value
-            return value[...] if isinstance(value, _Ref) else value  # read a mutable array
-        if isinstance(x, State):
-            return {k: as_pure(v) for k, v in x.raw_mapping.items()}
-        return x
-
-    return jax.tree_util.tree_map(pure, tree, is_leaf=lambda x: _is_var(x)
-                                  or isinstance(x, State))
-
-
-def _var_leaves(tree: tp.Any, like: tp.Any) -> list:
-    """The Variables of ``tree`` in the leaf order of ``like`` (its pure form)."""
-    def keep(x: tp.Any) -> tp.Any:
-        if isinstance(x, State):
-            return {k: keep(v) for k, v in x.raw_mapping.items()}
-        return x
-
-    boxed = jax.tree_util.tree_map(keep, tree, is_leaf=lambda x: _is_var(x)
-                                   or isinstance(x, State))
-    treedef: tp.Any  # jax's PyTreeDef (its stub does not resolve)
-    leaves, treedef = jax.tree_util.tree_flatten(boxed, is_leaf=_is_var)
-    treedef.flatten_up_to(like)  # raises if the two structures differ
-    return leaves
-
-
-def _filtered_state(node: tp.Any, wrt: filterlib.Filter) -> State:
-    """``nnx.state(node, wrt)`` for a graph node, or the ``wrt`` part of a State."""
-    if isinstance(node, State):
-        pred = filterlib.to_predicate(wrt)
-        items = [(p, v) for p, v in node.flat_state().items() if pred(p, v)]
-        return State.from_flat_path(items)
-    if isinstance(node, tp.Mapping) and not _graph.is_node(node):
-        return State(node)
-    return _graph.state(node, wrt)  # type: ignore[return-value]  # one filter: one State
-
-
-def _like(template: State, values: tp.Mapping) -> State:
-    """``values`` (nested dicts of arrays) in the State nesting of ``template``."""
-    return State._from_raw({k: _like(v, values[k]) if isinstance(v, State) else values[k]
-                            for k, v in template.raw_mapping.items()})
-
-
-def _rebuild(template: State, values: tp.Mapping) -> State:
-    out = {}
-    for k, v in template.raw_mapping.items():
-        out[k] = _rebuild(v, values[k]) if isinstance(v, State) else v.replace(values[k])
-    return State._from_raw(out)
 
 
 class _Missing:
@@ -153,6 +98,7 @@ MISSING: tp.Any = _Missing()
 
 
 def _wrt_required(init: F) -> F:
+    # a wrapper (not a default) so that leaving `wrt` out names the 0.11 change and the fix
     @functools.wraps(init)
     def wrapper(self: tp.Any, *args: tp.Any, wrt: tp.Any = MISSING, **kwargs: tp.Any) -> None:
         if wrt is MISSING:
@@ -170,7 +116,20 @@ class Optimizer(Module, tp.Generic[M]):
     """Optax state and a step count for the ``wrt`` Variables of a model.
 
     Attributes: ``step`` (an :class:`OptState`), ``tx``, ``opt_state`` (``tx``'s state with
-    :class:`OptState` leaves), ``wrt``. ``update(model, grads, **kwargs)`` applies one step.
+    :class:`OptState` leaves: ``tx.init`` sees ``nnx.state(model, wrt)``, so per-parameter
+    parts are States of :class:`OptVariable`), ``wrt``, ``graph`` (the ``graph=`` mode of
+    the walks; ``None`` follows ``nnx.set_graph_mode``).
+
+    >>> import jax.numpy as jnp, optax
+    >>> from flaxen import nnx
+    >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> labels = nnx.map_state(lambda path, _: path[-1], nnx.state(model, nnx.Param))
+    >>> tx = optax.multi_transform({'kernel': optax.sgd(0.1), 'bias': optax.set_to_zero()},
+    ...                            labels)
+    >>> opt = nnx.Optimizer(model, tx, wrt=nnx.Param)
+    >>> updates = opt.update(model, nnx.grad(lambda m: m(jnp.ones((1, 2))).sum())(model))
+    >>> updates['bias'].tolist(), model.bias.value.tolist()
+    ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0])
     """
 
     @_wrt_required
@@ -179,10 +138,10 @@ class Optimizer(Module, tp.Generic[M]):
         self.graph = graph
         self.step = OptState(jnp.array(0, dtype=jnp.uint32))
         self.tx = tx
-        params = _filtered_state(model, wrt)
-        if not params.flat_state():
-            _raise_empty_wrt(model, wrt)
-        self.opt_state = _data(to_opt_state(tx.init(params)))
+        params = state(model, wrt, graph=graph)
+        if not jax.tree_util.tree_leaves(params):
+            _raise_empty_wrt(model, wrt, graph)
+        self.opt_state = data(to_opt_state(tx.init(params)))
         self.wrt = wrt
 
     def __getattr__(self, name: str) -> tp.Any:
@@ -198,77 +157,63 @@ class Optimizer(Module, tp.Generic[M]):
 
     def update(self, model: M, grads: tp.Any = MISSING, /, **kwargs: tp.Any) -> tp.Any:
         """Applies ``tx`` to ``model``'s ``wrt`` Variables given ``grads`` (from ``nnx.grad``
-        with the same filter), updates ``opt_state`` and ``step``; returns the updates.
-        ``kwargs`` go to ``tx.update`` (e.g. ``value``, ``grad``, ``value_fn`` for a line
-        search)."""
+        with the same filter), updates ``opt_state`` and ``step``; returns the updates (a
+        State of arrays shaped like ``nnx.state(model, wrt)``). ``kwargs`` go to
+        ``tx.update`` with Variables replaced by their values (e.g. ``value``, ``grad``,
+        ``value_fn`` for a line search)."""
         if grads is MISSING:
             raise NNXArgumentError(
                 "", "Optimizer.update: Missing required argument `grads`: since Flax 0.11 "
                 "update takes both the model and the gradients, update(model, grads)",
                 "Pass the model first, or use nnx.ModelAndOptimizer, whose update(grads) "
                 "takes the gradients alone.")
-        params_state = _filtered_state(model, self.wrt)
+        params_state = state(model, self.wrt, graph=self.graph)
         params = as_pure(params_state)
-        grad_values = as_pure(_filtered_state(grads, self.wrt))
+        grad_arrays = as_pure(state(grads, self.wrt, graph=self.graph))
         p_def: tp.Any = jax.tree_util.tree_structure(params)  # PyTreeDef (stub unresolved)
-        if p_def != jax.tree_util.tree_structure(grad_values):
-            _raise_mismatch(params_state, grads)
-        opt_values = as_pure(self.opt_state)
-        updates, new_opt = self.tx.update(grad_values, opt_values, params, **as_pure(kwargs))
+        if p_def != jax.tree_util.tree_structure(grad_arrays):
+            _raise_mismatch(params_state, grads, self.wrt, self.graph)
+        opt_vars = jax.tree_util.tree_leaves(self.opt_state, is_leaf=_is_var)
+        updates, new_opt = self.tx.update(grad_arrays, as_pure(self.opt_state), params,
+                                          **as_pure(kwargs))
         new_params = optax.apply_updates(params, updates)
-        for var, x in zip(_var_leaves(self.opt_state, new_opt),
-                          jax.tree_util.tree_leaves(new_opt)):
-            var.value = x
-        if isinstance(model, State):
-            _update_state(model, new_params)
-        else:
-            _write_back(model, new_params)
-        self.step.value = self.step.value + 1
-        return _like(params_state, updates)
+        _assign(model, params_state, p_def, new_params, self.graph)
+        new_leaves = jax.tree_util.tree_leaves(new_opt)
+        if len(new_leaves) == len(opt_vars):
+            for var, x in zip(opt_vars, new_leaves):
+                var.set_value(x)
+        else:  # tx changed its state's shape: match the leaves by path instead
+            update(self.opt_state, state(new_opt, graph=self.graph))
+        self.step.set_value(self.step.get_value() + 1)
+        return updates
 
 
-def _flat_dict(tree: tp.Mapping, prefix: tuple = ()) -> dict:
-    out = {}
-    for k, v in tree.items():
-        if isinstance(v, tp.Mapping):
-            out.update(_flat_dict(v, (*prefix, k)))
-        else:
-            out[(*prefix, k)] = v
-    return out
+def _assign(model: tp.Any, params_state: tp.Any, p_def: tp.Any, new_params: tp.Any,
+            graph: bool | None) -> None:
+    """Writes ``new_params`` into ``model``.
 
-
-def _write_back(model: tp.Any, values: tp.Mapping) -> None:
-    """Sets the model's own Variables (through ``set_value``, so a Variable whose value lives
-    in a ``jax.Ref`` is written in place) from the nested dict ``values``."""
-    flat = _flat_dict(values)
-    for path, obj in _graph.iter_graph(model):
-        if isinstance(obj, Variable) and path in flat:
-            obj.value = flat.pop(path)
-    if flat:  # paths the walk did not reach (should not happen): fall back to nnx.update
-        _graph.update(model, _rebuild(
-            _graph.state(model, lambda p, _: p in flat),  # type: ignore[arg-type]  # one State
-            _nest(flat)))
-
-
-def _nest(flat: dict) -> dict:
-    out: dict = {}
-    for path, v in flat.items():
-        d = out
-        for k in path[:-1]:
-            d = d.setdefault(k, {})
-        d[path[-1]] = v
-    return out
-
-
-def _update_state(state: State, values: tp.Mapping) -> None:
-    for k, v in values.items():
-        leaf = state.raw_mapping[k]
-        if isinstance(leaf, State):
-            _update_state(leaf, v)
-        elif isinstance(leaf, Variable):
-            leaf.value = v
-        else:
-            state.raw_mapping[k] = leaf.replace(v)
+    ``params_state`` holds the model's own Variables, so when each of them is one leaf of
+    ``p_def`` (the arrays' structure) the values go straight in, with no walk of the model.
+    Bare-array attributes (or Variables holding a pytree) need ``nnx.update``; a mapping
+    (a functional ``State``) is written entry by entry, as ``nnx.update`` rebuilds
+    containers rather than filling them.
+    """
+    targets, v_def = jax.tree_util.tree_flatten(params_state, is_leaf=_is_var)
+    if v_def == p_def and all(isinstance(t, Variable) for t in targets):
+        for var, x in zip(targets, jax.tree_util.tree_leaves(new_params)):
+            var.set_value(x)
+    elif isinstance(model, tp.MutableMapping) and isinstance(new_params, State):
+        for path, x in new_params.flat_state().items():
+            parent = model
+            for k in path[:-1]:
+                parent = parent[k]
+            old = parent[path[-1]]
+            if isinstance(old, Variable):
+                old.set_value(x)
+            else:
+                parent[path[-1]] = x
+    else:
+        update(model, new_params)
 
 
 class ModelAndOptimizer(Optimizer[M]):
@@ -298,39 +243,69 @@ def _filter_name(f: tp.Any) -> str:
     return repr(f)
 
 
-def _raise_empty_wrt(model: tp.Any, wrt: tp.Any) -> tp.NoReturn:
+def _kind(leaf: tp.Any) -> str:
+    if isinstance(leaf, Variable):
+        return type(leaf).__name__
+    kind = getattr(leaf, "type", None)  # a VariableState names its Variable type
+    return kind.__name__ if isinstance(kind, type) else "plain array"
+
+
+def _path(path: tuple) -> str:
+    return "/" + "/".join(map(str, path))
+
+
+def _raise_empty_wrt(model: tp.Any, wrt: tp.Any, graph: bool | None = None,
+                     all_state: tp.Any = None) -> tp.NoReturn:
+    """Raises the "``wrt`` matches nothing" error, listing what the model does hold (by
+    kind: Variable type, or plain array for bare-array attributes)."""
     found: dict[str, list[str]] = {}
-    if _graph.is_node(model):
-        all_state: State = _graph.state(model)  # type: ignore[assignment]  # no filter: one
-        for path, leaf in all_state.flat_state().items():
-            found.setdefault(leaf.type.__name__, []).append("/" + "/".join(map(str, path)))
+    try:
+        if all_state is None:
+            all_state = state(model, graph=graph)
+        flat = all_state.flat_state().items() if isinstance(all_state, State) else ()
+    except Exception:  # a model the walk rejects: the message just lists nothing
+        flat = ()
+    for path, leaf in flat:
+        found.setdefault(_kind(leaf), []).append(_path(path))
     have = "; ".join(f"{k} at {', '.join(v[:3])}{', ...' if len(v) > 3 else ''}"
                      for k, v in found.items()) or "none"
     raise NNXFilterError(
         "",
         f"nnx.Optimizer: the filter wrt={_filter_name(wrt)} matches no Variable of the "
-        f"{type(model).__name__} model, so there is nothing to optimize (the model's Variables: "
-        f"{have}). Pass a wrt filter that selects the state to train, e.g. wrt=nnx.Param."
-    )
+        f"{type(model).__name__} model, so there is nothing to optimize (the model's "
+        f"Variables: {have}).",
+        "Pass a wrt filter that selects the state to train, e.g. wrt=nnx.Param, or a "
+        "path filter such as wrt=lambda path, x: path[-1] == 'w' for bare-array attributes.")
 
 
-def _raise_mismatch(params: State, grads: tp.Any) -> tp.NoReturn:
-    p_paths = set(params.flat_state())
+def _raise_mismatch(params: tp.Any, grads: tp.Any, wrt: tp.Any, graph: bool | None = None
+                    ) -> tp.NoReturn:
+    """Raises the gradients-vs-parameters structure error naming the first path that
+    differs, and why when the gradient is there but ``wrt`` does not select it."""
+    p_paths = set(params.flat_state()) if isinstance(params, State) else set()
+    g_all: dict = {}
     try:
-        g_paths = set(_filtered_state(grads, ...).flat_state())
-    except Exception:
-        g_paths = set()
+        g_state = state(grads, graph=graph)
+        if isinstance(g_state, State):
+            g_all = dict(g_state.flat_state())
+    except Exception:  # grads the walk rejects: report every parameter as missing
+        pass
+    pred = filterlib.to_predicate(wrt)
+    g_paths = {p for p, v in g_all.items() if pred(p, v)}
     missing = sorted(p_paths - g_paths, key=str)
     extra = sorted(g_paths - p_paths, key=str)
     where = []
     if missing:
-        where.append(f"missing {'/' + '/'.join(map(str, missing[0]))}")
+        where.append(f"missing {_path(missing[0])}")
+        if missing[0] in g_all:
+            where[-1] += (f": the gradient there is a {_kind(g_all[missing[0]])}, which "
+                          f"wrt={_filter_name(wrt)} does not select")
     if extra:
-        where.append(f"unexpected {'/' + '/'.join(map(str, extra[0]))}")
+        where.append(f"unexpected {_path(extra[0])}")
     detail = ", ".join(where) or "same paths but different nesting or leaf types"
     raise GraphStateMismatchError(
         "",
         f"Optimizer.update: the gradients do not have the structure of the model's parameters "
-        f"({detail}). Compute them with nnx.grad(loss_fn, wrt=...) on the same model and the "
-        "same wrt filter as the Optimizer."
-    )
+        f"({detail}).",
+        "Compute them with nnx.grad(loss_fn, wrt=...) on the same model and the same wrt "
+        "filter as the Optimizer.")

@@ -34,17 +34,18 @@ from flaxen.nnx.statelib import State
 M = tp.TypeVar("M")
 
 
-class TrainState(struct.PyTreeNode):
-    """Fields: ``graphdef`` (static), ``params``, ``tx`` (static), ``opt_state``, ``step``.
+class TrainState(tp.Generic[M], struct.PyTreeNode):
+    """Fields (in Flax's order): ``graphdef`` (static), ``params``, ``opt_state``, ``step``,
+    ``tx`` (static). Generic in the model type: ``nnx.TrainState[MyModel]``.
 
     Build one with :meth:`create`; :meth:`apply_gradients` returns the next state.
     """
 
-    graphdef: GraphDef = struct.field(pytree_node=False)
+    graphdef: GraphDef[M] = struct.field(pytree_node=False)
     params: State
-    tx: optax.GradientTransformation = struct.field(pytree_node=False)
     opt_state: optax.OptState
     step: jax.Array
+    tx: optax.GradientTransformation = struct.field(pytree_node=False)
 
     @classmethod
     def create(cls, graphdef: GraphDef, *, params: State,
