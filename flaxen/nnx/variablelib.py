@@ -27,6 +27,7 @@ import jax
 
 from flaxen.errors import InvalidNNXValueError, TraceContextError
 from flaxen.nnx import _trace, _treescope
+from flaxen.nnx import reprlib as _reprlib
 from flaxen.nnx._var_defaults import (
     VarDefaults,
     VarDefaultsContext,
@@ -128,6 +129,20 @@ MISSING: tp.Any = _Missing()
 _DEFAULT_REQUIRED = {"hijax": False, "ref": False, "eager_sharding": True}
 
 
+def variable_repr_items(type_name: str, value: tp.Any,
+                        metadata: tp.Mapping[str, tp.Any]) -> tp.Iterator[tp.Any]:
+    """The ``__nnx_repr__`` items of a Variable: a ``# count (bytes)`` header comment, the
+    value, then the metadata that differs from the defaults every Variable carries."""
+    from flaxen.typing import SizeBytes
+
+    stats = SizeBytes.from_any(value)
+    yield _reprlib.Object(type=type_name, comment=f" # {stats}" if stats else "")
+    yield _reprlib.Attr("value", value)
+    for key, item in metadata.items():
+        if _DEFAULT_REQUIRED.get(key, MISSING) != item:
+            yield _reprlib.Attr(key, item)
+
+
 _REF_TYPE: type = jax.Ref
 _TRACER_TYPE: type = jax.core.Tracer
 
@@ -178,7 +193,7 @@ def _to_hijax(var: tp.Any) -> tp.Any:
     return HijaxVariable.from_variable(var)
 
 
-class Variable(ArrayOps, tp.Generic[A], metaclass=VariableMeta):
+class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=VariableMeta):
     """A mutable box for one value, typed by its subclass, with metadata.
 
     A Variable behaves like its value: operators, ``.shape``/``.T`` (attributes of the value
@@ -630,13 +645,8 @@ class Variable(ArrayOps, tp.Generic[A], metaclass=VariableMeta):
         if callable(hook):
             hook(index, name)
 
-    def __repr__(self) -> str:
-        # upward: reprs are drawn by visualization, which sits above the Variables it draws
-        from flaxen.nnx.visualization import variable_repr
-
-        meta = {k: v for k, v in self._var_metadata.items()
-                if _DEFAULT_REQUIRED.get(k, MISSING) != v}
-        return variable_repr(type(self).__name__, self.raw_value, meta)
+    def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
+        yield from variable_repr_items(type(self).__name__, self.raw_value, self._var_metadata)
 
     def __getstate__(self) -> dict:
         return {"raw_value": self.raw_value, "_var_metadata": self._var_metadata}
