@@ -33,6 +33,7 @@ import jax
 
 from flaxen._hashing import hashable as freeze  # noqa: F401 - used by _graph_engine
 from flaxen._hashing import unwrap as thaw
+from flaxen.nnx import reprlib as _reprlib
 
 Key = tp.Hashable
 
@@ -180,21 +181,59 @@ class GraphDef(tp.Generic[Node]):
         return d.type if isinstance(d, (NodeDef, VariableDef, NodeRef)) else type(d.get())
 
     def __repr__(self) -> str:
-        return "GraphDef(" + ", ".join(_def_repr(d, 0) for d in self.defs) + ")"
+        # Flax 0.12.8's flat layout: every node in walk order, then every attribute of every
+        # node (sub-nodes as NodeAttr(), the rest as Static(value=...)), then the leaf count
+        nodes: list[_FlatDef] = []
+        attributes: list[tuple[tp.Any, tp.Any]] = []
+        leaves = 0
+
+        def walk(d: tp.Any) -> None:  # a Def, dispatched on its exact type
+            nonlocal leaves
+            t = type(d)
+            index = None if getattr(d, "index", -1) == -1 else d.index
+            if t is NodeDef:
+                name = "GenericPytree" if d.type is PytreeType else d.type.__name__
+                meta = d.type if d.type is not PytreeType else d.metadata
+                nodes.append(_FlatDef("NodeDef", (
+                    ("type", name), ("index", index), ("outer_index", None),
+                    ("num_attributes", len(d.attributes)), ("metadata", meta))))
+                for key, sub in d.attributes:
+                    if type(sub) in (NodeDef, VariableDef, NodeRef):
+                        attributes.append((key, _FlatDef("NodeAttr", ())))
+                        walk(sub)
+                    else:
+                        attributes.append((key, _FlatDef("Static", (("value", sub.get()),),
+                                                         same_line=True)))
+            elif t is VariableDef:
+                leaves += 1
+                nodes.append(_FlatDef("VariableDef", (
+                    ("type", d.type.__name__), ("index", index), ("outer_index", None),
+                    ("metadata", _reprlib.PrettyMapping(d.thawed_metadata())))))
+            elif t is NodeRef:
+                nodes.append(_FlatDef("NodeRef", (("index", d.index),)))
+            else:
+                nodes.append(_FlatDef("Static", (("value", d.get()),), same_line=True))
+
+        for d in self.defs:
+            walk(d)
+        return (f"GraphDef(nodes={nodes!r}, attributes={attributes!r}, "
+                f"num_leaves={leaves})")
 
 
-def _def_repr(d: tp.Any, depth: int) -> str:  # d: a Def, dispatched on its exact type
-    pad = "  " * depth
-    t = type(d)
-    if t is NodeDef:
-        name = "Pytree" if d.type is PytreeType else d.type.__name__
-        inner = ",\n".join(f"{pad}  {k}={_def_repr(s, depth + 1)}" for k, s in d.attributes)
-        return f"{name}(\n{inner}\n{pad})" if inner else f"{name}()"
-    if t is VariableDef:
-        return f"VariableDef({d.type.__name__})"
-    if t is NodeRef:
-        return f"NodeRef({d.type.__name__}, index={d.index})"
-    return repr(d.get())
+class _FlatDef(_reprlib.Representable):
+    """One entry of a GraphDef's printed flat layout (``NodeDef(type='Linear', ...)``)."""
+
+    __slots__ = ("name", "fields", "same_line")
+
+    def __init__(self, name: str, fields: tuple, same_line: bool = False) -> None:
+        self.name, self.fields, self.same_line = name, fields, same_line
+
+    def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
+        yield _reprlib.Object(type=self.name, same_line=self.same_line)
+        for key, value in self.fields:
+            # Static values print as Python prints them (a dtype class as <class ...>)
+            yield _reprlib.Attr(key, repr(value), use_raw_value=True) if self.same_line \
+                else _reprlib.Attr(key, value)
 
 
 # A GraphDef is static pytree metadata: no children, itself as the aux data.

@@ -45,7 +45,7 @@ class OfType:
         return isinstance(t, type) and issubclass(t, self.type)
 
     def __repr__(self) -> str:
-        return f"OfType({self.type.__name__})"
+        return f"OfType({self.type!r})"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, OfType) and other.type is self.type
@@ -97,8 +97,7 @@ class PathContains:
         return any(key in str(part) for part in path)
 
     def __repr__(self) -> str:
-        return f"PathContains({self.key!r})" if self.exact else \
-            f"PathContains({self.key!r}, exact=False)"
+        return f"PathContains({self.key!r}, exact={self.exact})"
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, PathContains) and other.key == self.key
@@ -120,7 +119,7 @@ class PathIn:
         return tuple(path) in self.paths
 
     def __repr__(self) -> str:
-        return f"PathIn({', '.join(map(repr, sorted(self.paths, key=str)))})"
+        return f"PathIn({','.join(map(repr, sorted(self.paths, key=str)))})"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PathIn) and other.paths == self.paths

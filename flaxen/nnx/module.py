@@ -27,7 +27,7 @@ from collections.abc import MutableMapping
 import jax
 
 from flaxen.errors import SetAttributesNotFoundError, SowTypeError
-from flaxen.nnx import _trace, filterlib
+from flaxen.nnx import _trace, filterlib, reprlib
 from flaxen.nnx._capture import CAPTURES, capture, put, store_for
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graph_ops import iter_graph
@@ -182,11 +182,6 @@ class Module(Pytree, metaclass=ModuleMeta):
         """``model.init(x)`` calls the model with :meth:`is_initializing` true."""
         return _InitCaller(self)  # type: ignore[return-value]
 
-    def __repr__(self) -> str:
-        from flaxen.nnx.visualization import module_repr
-
-        return module_repr(self)
-
 
 def _variable_type(t: tp.Any) -> type:
     if isinstance(t, str):
@@ -273,8 +268,9 @@ class Dict(Module, MutableMapping):
             return Module.__getattr__(self, name)
         raise AttributeError(f"nnx.Dict has no key or attribute {name!r}")
 
-    def __repr__(self) -> str:
-        return Module.__repr__(self)
+    def __nnx_repr__(self) -> tp.Iterator[tp.Any]:
+        # printed as a mapping (``Dict({'a': ...})``), without the size comment of Modules
+        yield from reprlib.MappingReprMixin.__nnx_repr__(self)  # type: ignore[arg-type]
 
 
 class List(Module):
@@ -358,8 +354,9 @@ class List(Module):
         for j, v in enumerate(items):
             _write(self, str(j), v, True)
 
-    def __repr__(self) -> str:
-        return Module.__repr__(self)
+    def __nnx_repr__(self) -> tp.Iterator[tp.Any]:
+        # printed as a sequence (``List([...])``), without the size comment of Modules
+        yield from reprlib.SequenceReprMixin.__nnx_repr__(self)  # type: ignore[arg-type]
 
 
 class Sequential(Module):

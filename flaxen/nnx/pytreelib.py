@@ -34,9 +34,10 @@ from abc import ABCMeta
 import jax
 import numpy as np
 
-from flaxen.nnx import _trace
+from flaxen.nnx import _trace, visualization
+from flaxen.nnx import reprlib as _reprlib
 from flaxen.nnx._graph_node import GraphNode
-from flaxen.nnx.variablelib import Variable
+from flaxen.nnx.variablelib import Variable, is_array_ref, variable_repr_items
 
 A = tp.TypeVar("A")
 T = tp.TypeVar("T", bound=type)
@@ -281,7 +282,7 @@ def _class_status(cls: type) -> _Status:
     return _Status(status)
 
 
-class Pytree(GraphNode, metaclass=PytreeMeta):
+class Pytree(GraphNode, _reprlib.Representable, metaclass=PytreeMeta):
     """Base of NNX objects: a graph node whose data attributes are its pytree children.
 
     See the module docstring for the data/static rules. ``pytree=False`` in the class
@@ -419,6 +420,38 @@ class Pytree(GraphNode, metaclass=PytreeMeta):
         object.__setattr__(self, "_nnx_trace", _trace.current_trace())
         self.__dict__.update(state)
 
+    # -- repr ------------------------------------------------------------------------------
+    def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
+        ctx = OBJECT_CONTEXT
+        # the outermost repr counts sizes for the whole tree once; nested ones look theirs up
+        owns_stats = ctx.node_stats is None or id(self) not in ctx.node_stats
+        if owns_stats:
+            ctx.node_stats = {}
+            visualization.collect_stats(self, ctx.node_stats)
+        assert ctx.node_stats is not None
+        stats = ctx.node_stats[id(self)]
+        owns_seen = ctx.seen_modules_repr is None
+        if owns_seen:
+            ctx.seen_modules_repr = set()
+        assert ctx.seen_modules_repr is not None
+        try:
+            if id(self) in ctx.seen_modules_repr:  # a cycle: the object is already open above
+                yield _reprlib.Object(type=type(self), empty_repr="...")
+                return
+            yield _reprlib.Object(type=type(self), comment=visualization.stats_comment(stats))
+            ctx.seen_modules_repr.add(id(self))
+            status = self._pytree__nodes
+            for name, value in vars(self).items():
+                if name.startswith("_pytree__") or (name.startswith("_")
+                                                    and not status.get(name, False)):
+                    continue
+                yield _reprlib.Attr(name, _shape_dtype_view(value))
+        finally:
+            if owns_seen:
+                ctx.seen_modules_repr = None
+            if owns_stats:
+                ctx.node_stats = None
+
     # -- pytree ----------------------------------------------------------------------------
     @classmethod
     def _pytree__unflatten(cls, aux: tuple, children: tp.Iterable[tp.Any]) -> tp.Any:
@@ -491,8 +524,6 @@ def check_pytree(obj: tp.Any) -> None:
 # -- Flax 0.12.8's other names in nnx.pytreelib -----------------------------------------------
 import os as _os  # noqa: E402
 import threading as _threading  # noqa: E402
-
-from flaxen.nnx import reprlib as _reprlib  # noqa: E402 - a bottom file, no import circle
 
 BUILDING_DOCS = "FLAX_DOC_BUILD" in _os.environ
 P = tp.TypeVar("P", bound=Pytree)
@@ -588,7 +619,25 @@ class VariableRepr(_reprlib.Representable):
     metadata: dict[str, tp.Any]
 
     def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
-        yield _reprlib.Object(type=self.var_type)
-        yield _reprlib.Attr("value", self.value)
-        for key, value in self.metadata.items():
-            yield _reprlib.Attr(key, value)
+        yield from variable_repr_items(self.var_type.__name__, self.value, self.metadata)
+
+
+def _shape_dtype(x: tp.Any) -> tp.Any:
+    if isinstance(x, Variable):
+        raw = x.get_raw_value() if hasattr(x, "get_raw_value") else x.raw_value
+        return VariableRepr(getattr(x, "var_type", type(x)), jax.tree.map(_shape_dtype, raw),
+                            dict(x._var_metadata))
+    if isinstance(x, (np.ndarray, jax.Array)) or is_array_ref(x):
+        if int(np.prod(x.shape)) > 1:
+            return (MutableArrayRepr if is_array_ref(x) else ArrayRepr).from_array(x)
+    return x
+
+
+def _shape_dtype_view(value: tp.Any) -> tp.Any:
+    """``value`` with its arrays of more than one element (in Variables too) as shape/dtype
+    placeholders; graph nodes are left whole, they print themselves the same way."""
+    try:
+        return jax.tree.map(_shape_dtype, value,
+                            is_leaf=lambda x: isinstance(x, (GraphNode, Variable)))
+    except Exception:  # noqa: BLE001 - a custom pytree that cannot rebuild with placeholders
+        return value

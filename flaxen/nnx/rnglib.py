@@ -225,9 +225,6 @@ class RngStream(_RandomMethods, Pytree):
         key = self()
         return self._new(jnp.broadcast_to(key, _as_shape(k) + key.shape))
 
-    def __repr__(self) -> str:
-        return f"RngStream(tag={self.tag!r}, count={self.count.value!r})"
-
 
 def _filter_mapping(k: tp.Any) -> dict:
     if k is None or isinstance(k, (int, tuple)):
@@ -350,9 +347,6 @@ class Rngs(_RandomMethods, Pytree):
                           DeprecationWarning, stacklevel=2)
             return self._per_stream(split, lambda s, n: s.split(n), lambda s: s._new(s()))
         return self._from_streams({name: s._new(s()) for name, s in self.items()})
-
-    def __repr__(self) -> str:
-        return f"Rngs({', '.join(self)})"
 
 
 # --- Flax 0.8.3's state-level fork (used by the experimental face) --------------------------

@@ -30,6 +30,7 @@ import jax
 from flaxen._tree_compare import check_restored
 from flaxen.errors import GraphStateMismatchError, NNXFilterError
 from flaxen.nnx import _treescope, filterlib
+from flaxen.nnx import reprlib as _reprlib
 from flaxen.nnx.variablelib import Variable, VariableState, _leaves_equal
 
 Key = tp.Hashable
@@ -44,7 +45,7 @@ def _sort_keys(keys: tp.Iterable[Key]) -> list[Key]:
         return sorted(keys, key=lambda k: (type(k).__name__, str(k)))
 
 
-class State(MutableMapping):
+class State(MutableMapping, _reprlib.Representable):
     """A nested mapping from attribute names to sub-States and VariableStates."""
 
     __slots__ = ("_mapping",)
@@ -112,11 +113,11 @@ class State(MutableMapping):
 
     __hash__ = None  # type: ignore[assignment]
 
-    def __repr__(self) -> str:
-        # upward: reprs are drawn by visualization, which sits above the States it draws
-        from flaxen.nnx.visualization import state_repr
-
-        return state_repr(self)
+    def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
+        yield _reprlib.Object(type(self), kv_sep=": ", start="({", end="})")
+        for key, value in self.items():
+            shown = NestedStateRepr(value) if isinstance(value, State) else value
+            yield _reprlib.Attr(repr(key), shown, use_raw_key=True)
 
     # -- flat views ------------------------------------------------------------------------
     def flat_state(self) -> dict[Path, tp.Any]:
@@ -255,7 +256,7 @@ def _leaf_equal(a: tp.Any, b: tp.Any) -> bool:
 # -- FlatState ---------------------------------------------------------------------------
 
 
-class FlatState(tp.Sequence[tuple[Path, tp.Any]]):
+class FlatState(tp.Sequence[tuple[Path, tp.Any]], _reprlib.Representable):
     """A State as a sequence of ``(path, leaf)`` pairs (sorted by path when built from one).
 
     >>> from flaxen import nnx
@@ -306,9 +307,10 @@ class FlatState(tp.Sequence[tuple[Path, tp.Any]]):
     def __iter__(self) -> tp.Iterator[tuple[Path, tp.Any]]:
         return iter(zip(self._keys, self._values))
 
-    def __repr__(self) -> str:
-        body = ",\n".join(f"  ({p!r}, {v!r})" for p, v in self)
-        return f"FlatState([\n{body}\n])" if body else "FlatState([])"
+    def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
+        yield _reprlib.Object(type="FlatState", kv_sep="", start="([", end="])")
+        for pair in self:
+            yield _reprlib.Attr("", pair, use_raw_key=True)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, FlatState):
@@ -548,7 +550,6 @@ def check_paths(target: Mapping[Path, tp.Any], restored: Mapping[Path, tp.Any]) 
 
 
 # -- Flax 0.12.8's other names in nnx.statelib ------------------------------------------------
-from flaxen.nnx import reprlib as _reprlib  # noqa: E402 - a bottom file, no import circle
 
 A = tp.TypeVar("A")
 K = tp.TypeVar("K", bound=tp.Hashable)

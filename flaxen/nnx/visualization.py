@@ -1,15 +1,26 @@
-"""Readable text for Variables, VariableStates, States, GraphDefs and Modules; ``display``.
+"""Readable text for NNX objects, laid out by ``nnx.reprlib`` as Flax 0.12.8 prints them.
 
-The format follows the spec's printed examples, e.g. ``VariableState(type=Param, value=...)``
-nested inside ``State({...})``; values that are shapes (after ``tree_map(jnp.shape, ...)``)
-print as tuples. ``display`` uses treescope when installed and running in a notebook.
+Modules and Pytrees open with a ``# Param: 9 (36 B), ...`` comment counting the values their
+Variables hold (by kind, shared Variables once; abstract ``ShapeDtypeStruct`` values count
+their would-be bytes) and show arrays of more than one element as ``Array(shape=..., dtype=...)``.
+Each Variable opens with its own ``# count (bytes)`` comment. This file holds the statistics
+and the text helpers the classes' ``__nnx_repr__`` methods use; ``VariableState`` (the Flax
+0.8.3 face's leaf) keeps the ``VariableState(type=Param, value=...)`` layout.
+``display`` uses treescope when installed and running in a notebook.
 """
 
 from __future__ import annotations
 
 import typing as tp
 
+import jax
+
+from flaxen.nnx import reprlib
 from flaxen.nnx._graph_node import GraphNode
+from flaxen.nnx.variablelib import Variable, variable_repr_items
+from flaxen.typing import SizeBytes
+
+Stats = dict[type, SizeBytes]
 
 
 def _indent(text: str, n: int = 2) -> str:
@@ -17,80 +28,110 @@ def _indent(text: str, n: int = 2) -> str:
     return text.replace("\n", "\n" + pad)
 
 
-def _value_repr(value: tp.Any) -> str:
-    return repr(value)
+class _Items(reprlib.Representable):
+    """Prints a ready list of ``__nnx_repr__`` items (for the functional helpers below)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list) -> None:
+        self.items = items
+
+    def __nnx_repr__(self) -> tp.Iterator[reprlib.Object | reprlib.Attr]:
+        yield from self.items
 
 
 def variable_repr(type_name: str, value: tp.Any, metadata: dict) -> str:
-    lines = [f"  value={_indent(_value_repr(value))}"]
-    for k, v in metadata.items():
-        lines.append(f"  {k}={_indent(repr(v))}")
-    return f"{type_name}(\n" + ",\n".join(lines) + "\n)"
+    """A Variable's text from its parts (metadata at its defaults is left out).
+
+    >>> print(variable_repr("Param", 1.0, {"tag": "w"}))
+    Param(
+      value=1.0,
+      tag='w'
+    )
+    """
+    return repr(_Items(list(variable_repr_items(type_name, value, metadata))))
 
 
 def variable_state_repr(vs: tp.Any) -> str:
-    lines = [f"  type={vs.type.__name__}", f"  value={_indent(_value_repr(vs.value))}"]
+    lines = [f"  type={vs.type.__name__}", f"  value={_indent(repr(vs.value))}"]
     for k, v in vs._var_metadata.items():
         lines.append(f"  {k}={_indent(repr(v))}")
     return "VariableState(\n" + ",\n".join(lines) + "\n)"
 
 
 def state_repr(state: tp.Any) -> str:
-    return f"State({_mapping_repr(state._mapping)})"
+    return repr(state)
 
 
-def _mapping_repr(m: dict) -> str:
-    if not m:
-        return "{}"
-    lines = []
-    for k, v in m.items():
-        sub = getattr(v, "_mapping", None)  # a nested State (duck-typed: no import of state)
-        body = _mapping_repr(sub) if isinstance(sub, dict) else repr(v)
-        lines.append(f"  {k!r}: {_indent(body)}")
-    return "{\n" + ",\n".join(lines) + "\n}"
+def _stats_kind(var: tp.Any) -> type:
+    # every RNG Variable (key or count, of either NNX face) is summed as one RngState kind
+    for cls in type(var).__mro__:
+        if cls.__name__ == "RngState":
+            return cls
+    return type(var)
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return f"{n:,.1f} GB"  # unreachable: the loop returns at GB
+def _children(x: tp.Any) -> list:
+    """The values one level below a graph node or pytree container (none for a leaf)."""
+    if isinstance(x, GraphNode):  # by attribute name, the order graph walks take
+        return [v for _, v in sorted(vars(x).items())]
+    leaves, treedef = jax.tree_util.tree_flatten(x, is_leaf=lambda y: y is not x)
+    if treedef.num_nodes == 1:  # type: ignore[attr-defined]  # x itself is a leaf (an array, a function, ...)
+        return []
+    return leaves
+
+
+def collect_stats(node: tp.Any, memo: dict[int, Stats]) -> Stats:
+    """Adds ``node``'s Variable sizes by kind to ``memo`` (keyed by ``id``), and every
+    sub-node's on the way; an object already in ``memo`` is not counted again, so a shared
+    Variable or module counts once, under the first parent that reaches it.
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> stats = collect_stats([nnx.Param(jnp.ones(3)), nnx.Param(jnp.ones(2))], {})
+    >>> {k.__name__: str(v) for k, v in stats.items()}
+    {'Param': '5 (20 B)'}
+    """
+    stats: Stats = {}
+    memo[id(node)] = stats
+    if isinstance(node, Variable):
+        raw = node.get_raw_value() if hasattr(node, "get_raw_value") else node.raw_value
+        size = SizeBytes.from_any(raw)
+        if size:
+            stats[_stats_kind(node)] = size
+        return stats
+    for child in _children(node):
+        if id(child) in memo or not (isinstance(child, (Variable, GraphNode))
+                                     or _children(child)):
+            continue
+        for kind, size in collect_stats(child, memo).items():
+            stats[kind] = stats[kind] + size if kind in stats else size
+    return stats
+
+
+def stats_comment(stats: Stats) -> str:
+    """``' # Param: 9 (36 B), BatchStat: ..., Total: ...'`` (no total for one kind).
+
+    >>> stats_comment({}) == ""
+    True
+    """
+    if not stats:
+        return ""
+    text = " # " + ", ".join(f"{kind.__name__}: {size}" for kind, size in stats.items())
+    if len(stats) > 1:
+        text += f", Total: {sum(stats.values(), SizeBytes(0, 0))}"
+    return text
 
 
 def variable_counts(module: tp.Any) -> str:
     """``Param: 4,554 (18.2 KB), ..., Total: 6,070 (24.3 KB)``: the sizes of a module's
-    Variables by kind (the RNG keys and counts as RngState), for the first line of its repr."""
-    import numpy as np
+    Variables by kind, as the first line of its repr shows them.
 
-    from flaxen.nnx._graph_walk import iter_graph
-    from flaxen.nnx.variablelib import Variable
-
-    groups: dict[str, list[int]] = {}
-    # graph mode: shared Variables are visited (and counted) once
-    for _, var in iter_graph(module, graph=True):
-        if not isinstance(var, Variable):
-            continue
-        # RNG keys and counts of either NNX face (each has its own RngState class)
-        kind = "RngState" if any(c.__name__ == "RngState" for c in type(var).__mro__) \
-            else type(var).__name__
-        value = var.get_raw_value() if hasattr(var, "get_raw_value") else var.raw_value
-        shape = getattr(value, "shape", ())
-        count = int(np.prod(shape)) if shape is not None else 1
-        try:
-            nbytes = int(getattr(value, "nbytes", 0))
-        except Exception:  # noqa: BLE001 - typed keys and odd values have no byte size
-            nbytes = 0
-        total = groups.setdefault(kind, [0, 0])
-        total[0] += count
-        total[1] += nbytes
-    if not groups:
-        return ""
-    parts = [f"{k}: {c:,} ({_size(b)})" for k, (c, b) in groups.items()]
-    count, nbytes = sum(c for c, _ in groups.values()), sum(b for _, b in groups.values())
-    if len(groups) > 1:
-        parts.append(f"Total: {count:,} ({_size(nbytes)})")
-    return ", ".join(parts)
+    >>> from flaxen import nnx
+    >>> variable_counts(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+    'Param: 9 (36 B)'
+    """
+    return stats_comment(collect_stats(module, {}))[3:]
 
 
 def module_repr(module: tp.Any, _seen: set | None = None) -> str:
@@ -100,25 +141,7 @@ def module_repr(module: tp.Any, _seen: set | None = None) -> str:
     >>> print(repr(nnx.Linear(2, 3, rngs=nnx.Rngs(0))).splitlines()[0])
     Linear( # Param: 9 (36 B)
     """
-    seen = _seen if _seen is not None else set()
-    if id(module) in seen:
-        return f"{type(module).__name__}(...)"
-    seen.add(id(module))
-    head = f"{type(module).__name__}("
-    if _seen is None:
-        counts = variable_counts(module)
-        if counts:
-            head += f" # {counts}"
-    lines = []
-    for k, v in module.__dict__.items():
-        if isinstance(v, GraphNode):
-            body = module_repr(v, seen)
-        else:
-            body = repr(v)
-        lines.append(f"  {k}={_indent(body)}")
-    if not lines:
-        return f"{type(module).__name__}()"
-    return f"{head}\n" + ",\n".join(lines) + "\n)"
+    return repr(module)
 
 
 def display(*args: tp.Any) -> None:
