@@ -104,7 +104,7 @@ class FlatGraph:
     """Result of one walk: the definitions, the shared objects and the State leaves."""
 
     __slots__ = ("defs", "refs", "leaves", "paths", "containers", "has_arrays", "epoch",
-                 "graphdef", "tree")
+                 "graphdef", "tree", "lookup")
 
     def __init__(self, defs: tuple, refs: list, leaves: list, paths: list,
                  containers: list, has_arrays: bool) -> None:
@@ -119,6 +119,7 @@ class FlatGraph:
         # tree mode's view of the same walk (see _graph_walk.tree_flatten_cached), checked
         # once against a real tree-mode flatten; False when the two disagree
         self.tree: tp.Any = None
+        self.lookup: tp.Any = None  # update's generated state lookup (see _graph_ops)
 
     @property
     def variables(self) -> list:

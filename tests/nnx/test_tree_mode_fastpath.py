@@ -209,3 +209,54 @@ def test_tree_mode_engine_cache_cleared():
     _assert_like_slow(model)
     eng.clear_cache()
     _assert_like_slow(model)
+
+
+# -- update: generated lookup per walk ------------------------------------------------------
+
+def _values(model):
+    return [np.asarray(v[...]) for _, v in nnx.to_flat_state(nnx.state(model))]
+
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_update_writes_values_every_call(graph):
+    model, other = Block(3, nnx.Rngs(0)), Block(3, nnx.Rngs(1))
+    for i in range(4):  # past the second use: the generated lookup
+        src = nnx.state(other, graph=graph)
+        nnx.update(model, src)
+        for a, b in zip(_values(model), _values(other)):
+            np.testing.assert_array_equal(a, b)
+        assert model.layers[0].kernel is not other.layers[0].kernel
+        other.layers[0].kernel[...] = other.layers[0].kernel[...] + 1.0 + i
+    assert isinstance(graphlib._ops.flatten_node(model).lookup, type(lambda: 0))
+
+
+def test_update_partial_pure_dict_and_new_structure():
+    model, other = Block(2, nnx.Rngs(0)), Block(2, nnx.Rngs(1))
+    for _ in range(3):
+        nnx.update(model, nnx.state(model))  # own Variables: nothing changes
+    params = nnx.state(other, nnx.Param)
+    nnx.update(model, params)  # a partial state: BatchStat keeps its value
+    np.testing.assert_array_equal(model.extra["b"][...], other.extra["b"][...])
+    np.testing.assert_array_equal(model.extra["a"][...], np.ones(1))
+    nnx.update(model, nnx.to_pure_dict(nnx.state(other)))
+    np.testing.assert_array_equal(model.layers[1].kernel[...], other.layers[1].kernel[...])
+    model.layers.append(nnx.Linear(2, 2, rngs=nnx.Rngs(3)))  # the walk changes
+    bigger = Block(3, nnx.Rngs(5))
+    for _ in range(3):
+        nnx.update(model, nnx.state(bigger))
+        np.testing.assert_array_equal(model.layers[2].bias[...], bigger.layers[2].bias[...])
+    with_extra = nnx.State({**nnx.state(bigger), "zzz": nnx.Param(jnp.ones(1))})
+    nnx.update(model, with_extra)  # an entry the model lacks is ignored, as before
+
+
+def test_update_copies_metadata_and_invalidates_walk():
+    model = Block(1, nnx.Rngs(0))
+    for _ in range(3):
+        nnx.split(model)
+    src = nnx.state(Block(1, nnx.Rngs(1)))
+    src["layers"][0]["kernel"].set_metadata("note", "x")
+    for _ in range(3):
+        nnx.update(model, src)
+    assert model.layers[0].kernel.get_metadata("note") == "x"
+    gd, _ = nnx.split(model)
+    assert "('note', 'x')" in repr(gd.nodes)  # the graphdef sees the new metadata
