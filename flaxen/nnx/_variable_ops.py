@@ -1,14 +1,18 @@
-"""Array-like operators for Variables: ``param + 1``, ``x @ param``, ``-param``, ``param < 0``.
+"""Array-like operators for Variables: ``param + 1``, ``x @ param``, ``-param``, ``param == 0``.
 
 Each operator reads the Variable's value (``get_value()``, so subclass overrides and hooks
 apply), unwraps a Variable on the other side too, and applies Python's own operator, so
 reflection between types works as it does for the bare values. In-place operators
 (``param += 1``) write the result back with ``set_value`` and keep the same Variable.
 
+The set of dunders is Flax 0.12.8's: no ``__array__`` (so ``np.float64(2) * param`` defers
+to the Variable and stays a JAX array, also under ``jit``), no ``__bool__``, no ordering
+(``<`` ...) and no ``divmod``; read the value for those (``param[...] > 0``).
+
 >>> import jax.numpy as jnp
 >>> from flaxen import nnx
 >>> p = nnx.Param(jnp.array(2.0))
->>> float(p * 3), float(1 - p), float(-p), bool(p > 1)
+>>> float(p * 3), float(1 - p), float(-p), bool(p[...] > 1)
 (6.0, -1.0, -2.0, True)
 """
 
@@ -60,18 +64,17 @@ def _unary(fn: tp.Callable[[tp.Any], tp.Any], name: str) -> tp.Callable:
 _BINARY: dict[str, tp.Callable[[tp.Any, tp.Any], tp.Any]] = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul,
     "matmul": operator.matmul, "truediv": operator.truediv,
-    "floordiv": operator.floordiv, "mod": operator.mod, "divmod": divmod,
+    "floordiv": operator.floordiv, "mod": operator.mod,
     "pow": operator.pow, "lshift": operator.lshift, "rshift": operator.rshift,
     "and": operator.and_, "xor": operator.xor, "or": operator.or_,
 }
 _COMPARE: dict[str, tp.Callable[[tp.Any, tp.Any], tp.Any]] = {
-    "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
     "eq": operator.eq, "ne": operator.ne,
 }
 _UNARY: dict[str, tp.Callable[[tp.Any], tp.Any]] = {
     "neg": operator.neg, "pos": operator.pos, "abs": abs, "invert": operator.invert,
     "complex": complex, "int": int, "float": float, "index": operator.index,
-    "bool": bool, "trunc": math.trunc, "floor": math.floor, "ceil": math.ceil,
+    "trunc": math.trunc, "floor": math.floor, "ceil": math.ceil,
 }
 
 
@@ -101,8 +104,7 @@ _fn: tp.Callable[..., tp.Any]
 for _name, _fn in _BINARY.items():
     setattr(ArrayOps, f"__{_name}__", _binary(_fn, f"__{_name}__"))
     setattr(ArrayOps, f"__r{_name}__", _reflected(_fn, f"__r{_name}__"))
-    if _name != "divmod":
-        setattr(ArrayOps, f"__i{_name}__", _inplace(_fn, f"__i{_name}__"))
+    setattr(ArrayOps, f"__i{_name}__", _inplace(_fn, f"__i{_name}__"))
 for _name, _fn in _COMPARE.items():
     setattr(ArrayOps, f"__{_name}__", _binary(_fn, f"__{_name}__"))
 for _name, _fn in _UNARY.items():

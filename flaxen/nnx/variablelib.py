@@ -314,7 +314,9 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
         meta = object.__getattribute__(self, "_var_metadata")
         if name in meta:
             return meta[name]
-        if name.startswith("__"):
+        if name.startswith("__") and not name.startswith("__array"):
+            # NumPy's hooks (__array__, __array_priority__, ...) are read off the value, as
+            # Flax's Variable does, so NumPy converts it and defers to its operators
             raise AttributeError(name)
         raw = object.__getattribute__(self, "raw_value")
         try:
@@ -525,12 +527,10 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
     def __jax_array__(self) -> tp.Any:
         return self.get_value()
 
-    def __array__(self, dtype: tp.Any = None, copy: bool | None = None) -> tp.Any:
-        import numpy as np
-
-        return np.asarray(self.get_value(), dtype=dtype)
-
-    __hash__ = object.__hash__  # identity: a Variable is a mutable object in the graph
+    # Flax's Variable compares by value (``__eq__`` above), so it is unhashable: graph code
+    # keys Variables by id(). No ``__array__`` either, so NumPy scalars on the left defer to
+    # the Variable's reflected operators instead of converting it (a tracer error under jit).
+    __hash__ = None  # type: ignore[assignment]
 
     # -- copies and states ----------------------------------------------------------------
     @classmethod

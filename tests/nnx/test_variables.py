@@ -27,7 +27,7 @@ def test_variable_operators_and_reflection():
     assert float(a + b) == 9.0 and float(a - b) == 3.0 and float(a / b) == 2.0
     assert float(1 + a) == 7.0 and float(12 / a) == 2.0 and float(2 ** b) == 8.0
     assert float(-a) == -6.0 and float(abs(nnx.Param(jnp.array(-2.0)))) == 2.0
-    assert bool(a > b) and not bool(a == b) and bool(a != b)
+    assert bool(a[...] > b[...]) and not bool(a == b) and bool(a != b)
     m = nnx.Param(jnp.ones((2, 3)))
     assert (jnp.ones((4, 2)) @ m).shape == (4, 3) and m.T.shape == (3, 2)
     assert jnp.dot(jnp.ones(2), m).shape == (3,)
