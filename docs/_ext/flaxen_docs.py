@@ -64,7 +64,7 @@ def summary_line(obj: Any) -> str:
 
     A sentence ends at a full stop followed by a space, outside double-backtick literals
     (``softmax(query . key)`` does not end one). Inline markup left unbalanced by the cut is
-    dropped rather than allowed to spill into the next cell.
+    shown as plain text rather than allowed to spill into the next cell.
     """
     if typing.get_origin(obj) is not None:  # dict[str, Any] and co: the docstring is dict's
         return f"Type alias: ``{obj!r}``."
@@ -80,9 +80,15 @@ def summary_line(obj: Any) -> str:
                 break
         out.append(piece)
     text = "``".join(out).strip()
-    if text.count("``") % 2 or text.replace("``", "").count("`") % 2 or text.count("*") % 2:
-        text = text.replace("`", "").replace("*", "")
-    return text
+    segments = text.split("``")
+    if len(segments) % 2 == 0:  # a literal opened and never closed: show it as plain text
+        return text.replace("`", "")
+    outside = "".join(segments[::2])
+    if outside.count("*") % 2 or outside.count("`") % 2:
+        # A stray emphasis or role marker: escape the markers outside the literals.
+        for i in range(0, len(segments), 2):
+            segments[i] = segments[i].replace("*", "\\*").replace("`", "\\`")
+    return "``".join(segments)
 
 
 class ApiDirective(SphinxDirective):
@@ -124,7 +130,8 @@ def raised_from(names: list[str]) -> dict[str, list[str]]:
     re-exports it (``flaxen.linen``): users never import private files.
     """
     found: dict[str, set[str]] = {n: set() for n in names}
-    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\(")
+    # A call of the class, not a subclass definition (``class Mine(NNXError):``).
+    pattern = re.compile(r"(?<!class )\b(" + "|".join(map(re.escape, names)) + r")\(")
     for path in sorted(_FLAXEN_ROOT.rglob("*.py")):
         if path.name == "errors.py" and path.parent == _FLAXEN_ROOT:
             continue
