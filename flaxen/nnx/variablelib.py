@@ -688,7 +688,9 @@ class _VarAux:
         self.type = typ
         self.metadata = metadata
         try:
-            self._hash = hash((typ, tuple(sorted(metadata.items()))))
+            # a frozenset hashes equal dicts alike without sorting: this runs on every
+            # flatten of every Variable (each jax.jit call over a State of them)
+            self._hash = hash((typ, frozenset(metadata.items())))
         except TypeError:
             self._hash = hash(typ)
 

@@ -260,3 +260,18 @@ def test_update_copies_metadata_and_invalidates_walk():
     assert model.layers[0].kernel.get_metadata("note") == "x"
     gd, _ = nnx.split(model)
     assert "('note', 'x')" in repr(gd.nodes)  # the graphdef sees the new metadata
+
+
+# -- Variable flatten aux ------------------------------------------------------------------
+
+def test_variable_treedefs_equal_by_metadata_not_order():
+    a = nnx.Param(jnp.ones(2), x=1, y="b")
+    b = nnx.Param(jnp.zeros(2), y="b", x=1)
+    c = nnx.Param(jnp.zeros(2), x=2, y="b")
+    ta, tb, tc = (jax.tree_util.tree_structure(v) for v in (a, b, c))
+    assert ta == tb and hash(ta) == hash(tb)
+    assert ta != tc
+    assert jax.tree_util.tree_structure(nnx.BatchStat(jnp.ones(2), x=1, y="b")) != ta
+    unhashable = nnx.Param(jnp.ones(2), sharding_names=["a"])
+    assert jax.tree_util.tree_structure(unhashable) == jax.tree_util.tree_structure(
+        nnx.Param(jnp.ones(2), sharding_names=["a"]))
