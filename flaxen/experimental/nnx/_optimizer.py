@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from flaxen.errors import GraphStateMismatchError, NNXFilterError
+from flaxen.errors import GraphStateMismatchError
 from flaxen.experimental.nnx._legacy_module import LegacyModule
 from flaxen.experimental.nnx.graph import state as _state
 from flaxen.experimental.nnx.graph import update as _update
@@ -28,6 +28,7 @@ from flaxen.nnx import filterlib
 from flaxen.nnx.module import Module
 from flaxen.nnx.statelib import State
 from flaxen.nnx.training.optimizer import OptArray, OptState
+from flaxen.nnx.training.optimizer import _raise_empty_wrt as _raise_empty_wrt_today
 from flaxen.nnx.variablelib import Param, VariableState
 
 try:  # today's Pytree tells data attributes from static ones (nnx.data)
@@ -61,7 +62,8 @@ class Optimizer(LegacyModule):
         self.wrt = wrt
         params_state: State = _state(model, wrt)  # type: ignore[assignment]  # one filter
         if not params_state.flat_state():
-            _raise_empty_wrt(model, wrt)
+            # today's message, listing this face's own (copied) State of the model
+            _raise_empty_wrt_today(model, wrt, all_state=_state(model))
         params = _values(params_state)
         leaves, treedef = jax.tree_util.tree_flatten(tx.init(params))
         # a tuple of Variables (not a list) so the graph walk knows it cannot change size
@@ -106,27 +108,6 @@ def _as_state(template: State, values: dict) -> State:
         else:
             out[k] = v.replace(values[k])
     return State._from_raw(out)
-
-
-def _filter_name(f: tp.Any) -> str:
-    if isinstance(f, type):
-        return f"nnx.{f.__name__}" if f.__module__.startswith("flaxen.nnx") else f.__name__
-    return repr(f)
-
-
-def _raise_empty_wrt(model: tp.Any, wrt: tp.Any) -> tp.NoReturn:
-    found: dict[str, list[str]] = {}
-    all_state: State = _state(model)  # type: ignore[assignment]  # no filter: one State
-    for path, leaf in all_state.flat_state().items():
-        found.setdefault(leaf.type.__name__, []).append("/" + "/".join(map(str, path)))
-    have = "; ".join(f"{k} at {', '.join(v[:3])}{', ...' if len(v) > 3 else ''}"
-                     for k, v in found.items()) or "none"
-    raise NNXFilterError(
-        "",
-        f"nnx.Optimizer: the filter wrt={_filter_name(wrt)} matches no Variable of the "
-        f"{type(model).__name__} model, so there is nothing to optimize (the model's Variables: "
-        f"{have}). Pass a wrt filter that selects the state to train, e.g. wrt=nnx.Param."
-    )
 
 
 def _raise_mismatch(params: State, grads: tp.Any) -> tp.NoReturn:
