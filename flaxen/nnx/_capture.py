@@ -58,15 +58,18 @@ def put(var: Variable, name: str, value: tp.Any) -> None:
 
 
 def capture(fn: tp.Any, *var_types: type[Variable], init: tp.Any = None,
-            method_outputs: type[Variable] | None = None) -> tp.Callable[..., tuple]:
+            method_outputs: type[Variable] | None = None) -> tp.Callable[..., tp.Any]:
     """Wraps ``fn`` (a Module, a bound Module method, or a function taking Modules) so that
-    calling it returns ``(output, captured)``.
+    calling it also returns what the Modules :meth:`~flaxen.nnx.Module.sow` (and
+    ``perturb``) for ``var_types`` during the call.
 
-    ``captured`` holds what the Modules :meth:`~flaxen.nnx.Module.sow` (and ``perturb``) for
-    ``var_types`` during the call, as a ``State`` nested by module path, one per type (a
-    tuple when several are given). ``init`` (a State nested the same way, e.g. the
-    perturbations of an earlier capture) seeds the stores. ``method_outputs=T`` records the
-    output of every method call under the method's name in the ``T`` store.
+    The wrapped call returns, as Flax's does, ``output`` alone when no type is given,
+    ``(output, state)`` for one type and ``(output, state_1, state_2, ...)`` for several,
+    each ``state`` a ``State`` nested by module path. ``init`` (a State nested the same
+    way, e.g. the perturbations of an earlier capture) seeds the stores.
+    ``method_outputs=T`` records the output of every method call under the method's name
+    in the ``T`` store. With a Variable type in place of ``fn`` (``@nnx.capture(
+    nnx.Intermediate)``) it returns a decorator.
 
     >>> import jax.numpy as jnp
     >>> from flaxen import nnx
@@ -75,14 +78,28 @@ def capture(fn: tp.Any, *var_types: type[Variable], init: tp.Any = None,
     ...     jnp.ones(2))
     >>> bool((outs['__call__'][0] == y).all())
     True
+    >>> @nnx.capture(nnx.Intermediate)
+    ... def forward(model, x):
+    ...     return model(x)
+    >>> y, outs = forward(lin, jnp.ones(2))
+    >>> sorted(outs)
+    []
     """
+    if isinstance(fn, type) and issubclass(fn, Variable):
+        types = (fn, *var_types)
+
+        def decorator(actual: tp.Any) -> tp.Callable[..., tp.Any]:
+            return capture(actual, *types, init=init, method_outputs=method_outputs)
+
+        return decorator
+    returned = [_as_type(vt) for vt in var_types]
     recorded = _as_type(method_outputs) if method_outputs is not None else None
     wanted: list[type] = []
-    for vt in (*map(_as_type, var_types), *((recorded,) if recorded is not None else ())):
+    for vt in (*returned, *((recorded,) if recorded is not None else ())):
         if vt not in wanted:
             wanted.append(vt)
 
-    def run(*args: tp.Any, **kwargs: tp.Any) -> tuple:
+    def run(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         roots = _roots(fn, args, kwargs)
         modules = _modules(roots)
         installed = [(path, m, m.__dict__.get(CAPTURES, _NONE), type(m))
@@ -106,8 +123,9 @@ def capture(fn: tp.Any, *var_types: type[Variable], init: tp.Any = None,
                 _restore(m, previous)
             if installed:
                 _trace.bump()
-        results = [_collect(found, vt) for vt in wanted]
-        return out, (results[0] if len(results) == 1 else tuple(results))
+        # only the types named in var_types come back (a method_outputs type alone does not)
+        results = [_collect(found, vt) for vt in returned]
+        return out if not results else (out, *results)
 
     return run
 

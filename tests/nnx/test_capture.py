@@ -63,7 +63,7 @@ def test_a_type_not_captured_is_dropped():
 
 def test_several_types_give_a_tuple_of_states():
     model = Scale(2)
-    _, (inter, pert) = nnx.capture(model, nnx.Intermediate, nnx.Perturbation)(jnp.ones(2))
+    _, inter, pert = nnx.capture(model, nnx.Intermediate, nnx.Perturbation)(jnp.ones(2))
     assert list(inter) == ["out"] and list(pert) == ["dx"]
     assert isinstance(pert["dx"], nnx.Perturbation)
     np.testing.assert_array_equal(pert["dx"][...], jnp.zeros(2))

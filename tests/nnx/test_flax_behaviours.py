@@ -40,3 +40,34 @@ def test_variable_dunders_are_flaxs():
     defined = [n for n in names if any(n in c.__dict__ for c in nnx.Param.__mro__[:-1])]
     assert defined == []
     assert nnx.Param.__hash__ is None
+
+
+# -- nnx.capture's call forms and return shapes --------------------------------------------------
+
+
+class _Sower(nnx.Module):
+    def __call__(self, x):
+        self.sow(nnx.Intermediate, "y", x * 2)
+        self.sow(nnx.Perturbation, "p", x * 3)
+        return x + 1
+
+
+def test_capture_as_a_decorator_with_a_variable_type():
+    @nnx.capture(nnx.Intermediate)
+    def forward(model, x):
+        return model(x)
+
+    out, sown = forward(_Sower(), 1.0)
+    assert out == 2.0 and sown["y"].get_value() == (2.0,)
+
+
+def test_capture_return_shapes_follow_the_number_of_types():
+    model = _Sower()
+    assert nnx.capture(model)(1.0) == 2.0  # no types: the output alone
+    out, inter = nnx.capture(model, nnx.Intermediate)(1.0)
+    assert out == 2.0 and inter["y"].get_value() == (2.0,)
+    out, inter, pert = nnx.capture(model, nnx.Intermediate, nnx.Perturbation)(1.0)
+    assert inter["y"].get_value() == (2.0,) and pert["p"].get_value() == (3.0,)
+    assert nnx.capture(lambda x: x * 5)(1.0) == 5.0
+    # a method_outputs type that is not among var_types records but is not returned
+    assert nnx.capture(model, method_outputs=nnx.Intermediate)(1.0) == 2.0
