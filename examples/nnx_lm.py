@@ -163,7 +163,9 @@ def restore(ckpt_dir: str, model: LanguageModel, optimizer: nnx.Optimizer) -> tu
     raw = checkpoints.restore_checkpoint(latest, target=None)
     for obj, key in ((model, "model"), (optimizer, "optimizer")):
         state = nnx.state(obj)
-        nnx.replace_by_pure_dict(state, raw[key])
+        # strict: resuming with other size flags than the checkpoint's fails here, listing
+        # every differing array, instead of training a model of mixed shapes.
+        nnx.replace_by_pure_dict(state, raw[key], strict=True)
         nnx.update(obj, state)
     history = {k: [tuple(map(float, row)) for row in np.asarray(raw["history"][k]).reshape(-1, 2)]
                for k in empty}

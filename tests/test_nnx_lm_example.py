@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from flaxen.errors import RestoreMismatchError
+
 pytest.importorskip("matplotlib")
 
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
@@ -48,6 +50,10 @@ def test_trains_checkpoints_resumes_plots_and_samples(lm, tmp_path, capsys):
     assert [loss for _, loss in second["eval"][:2]] == pytest.approx(
         [loss for _, loss in first["eval"]], rel=1e-6)
     assert sorted(os.listdir(second["checkpoints"])) == ["checkpoint_6", "checkpoint_9"]
+
+    # Resuming with another model size is refused, naming what differs.
+    with pytest.raises(RestoreMismatchError, match="/blocks/0/up/kernel: shape"):
+        lm.main([*TINY, "--d-model", "48", "--steps", "12", "--workdir", workdir])
 
 
 def test_batches_depend_only_on_the_step(lm):
