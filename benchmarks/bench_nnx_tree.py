@@ -76,8 +76,10 @@ def _tree_state(quick: bool) -> Result:
 
 def _update(quick: bool, graph: bool) -> Result:
     impls = {}
+    sources = _models()
     for name, (m, mod) in _models().items():
-        st = m.state(mod, graph=graph)
+        # another model's State: writing a model's own Variables back is a no-op
+        st = m.state(sources[name][1], graph=graph)
         impls[name] = lambda m=m, mod=mod, st=st: m.update(mod, st)
     params = _params(_N, _WIDTH)
     impls["jax"] = lambda: jax.tree_util.tree_map(lambda v: v, params)
