@@ -178,8 +178,9 @@ class ErrorsDirective(SphinxDirective):
             bases = ", ".join(f"``{b.__name__}``" for b in cls.__bases__)
             doc = inspect.getdoc(cls) or ""
             summary = doc.split("\n\n", 1)[0].replace("\n", " ")
+            # Indexed: pages link the classes here ({py:class}`~flaxen.errors.X`).
             lines += [name, "-" * len(name), "", f".. py:exception:: flaxen.errors.{name}",
-                      "   :no-index:", "", f"   {summary}", "", f"Derives from {bases}.", ""]
+                      "", f"   {summary}", "", f"Derives from {bases}.", ""]
             modules = where.get(name) or []
             if modules:
                 lines.append("Raised by: " + ", ".join(f"``{m}``" for m in modules) + ".")
