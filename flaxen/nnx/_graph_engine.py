@@ -202,7 +202,10 @@ def flatten(roots: tp.Sequence[tp.Any], root_paths: tp.Sequence[tuple] | None = 
             status = getattr(x, "_pytree__status", None)
             attrs: tuple
             if tx._graph_int_keys:
-                attrs = tuple((int(k), visit(d[k], (*path, int(k)))) for k in sorted(d, key=int))
+                # items are '0', '1', ...; other attributes (``lst.tag = ...``) keep their names
+                attrs = tuple((ik, visit(d[k], (*path, ik))) for k in sorted(
+                    d, key=lambda s: (0, int(s)) if s.isdigit() else (1, s))
+                    for ik in (int(k) if k.isdigit() else k,))
             elif status and any(type(v) in _DATA_NUMBERS and status.get(k)
                                 for k, v in d.items()):
                 # numbers marked ``nnx.data(...)`` are State leaves, like arrays

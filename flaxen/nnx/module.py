@@ -22,7 +22,7 @@ True
 from __future__ import annotations
 
 import typing as tp
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, MutableSequence
 
 import jax
 
@@ -35,6 +35,7 @@ from flaxen.nnx.pytreelib import Pytree, PytreeMeta, _is_tag, has_data, is_data
 from flaxen.nnx.variablelib import Intermediate, Variable
 
 M = tp.TypeVar("M", bound="Module")
+T = tp.TypeVar("T")
 
 _INITIALIZING = [False]
 
@@ -273,11 +274,19 @@ class Dict(Module, MutableMapping):
         yield from reprlib.MappingReprMixin.__nnx_repr__(self)  # type: ignore[arg-type]
 
 
-class List(Module):
+class List(Module, MutableSequence[T]):
     """A Module that is also a list: ``nnx.List([layer1, layer2])``; every item is data.
 
     Items are attributes named ``'0'``, ``'1'``, ... (``vars(lst)['0']``); graph paths and
-    State keys use the integer index (``state[0]``).
+    State keys use the integer index (``state[0]``). Other attributes (``lst.tag = 'x'``)
+    are ordinary Module attributes. ``nnx.List[int]`` works in annotations, as in Flax.
+
+    >>> from flaxen import nnx
+    >>> layers: nnx.List[int] = nnx.List([1, 2])
+    >>> layers.tag = 'mlp'
+    >>> layers += [3]
+    >>> len(layers), list(reversed(layers)), layers.tag
+    (3, [3, 2, 1], 'mlp')
     """
 
     _graph_int_keys = True
@@ -287,10 +296,16 @@ class List(Module):
             _write(self, str(i), v, True)
 
     def __len__(self) -> int:
-        return len(self.__dict__)
+        d = self.__dict__
+        n = len(d)
+        # items are '0'..'n-1' without gaps, so the last one present means no other
+        # attributes (``lst.tag = ...``) share the dict: the usual case, O(1)
+        if not n or str(n - 1) in d:
+            return n
+        return sum(1 for k in d if k.isdigit())
 
     def _index(self, i: int) -> int:
-        n = len(self.__dict__)
+        n = len(self)
         j = i + n if i < 0 else i
         if not 0 <= j < n:
             raise IndexError(f"nnx.List index {i} out of range for length {n}")
@@ -317,7 +332,7 @@ class List(Module):
 
     def __iter__(self) -> tp.Iterator[tp.Any]:
         d = self.__dict__
-        return (d[str(i)] for i in range(len(d)))
+        return (d[str(i)] for i in range(len(self)))
 
     def __contains__(self, value: object) -> bool:
         return any(v is value or v == value for v in self)
@@ -330,15 +345,15 @@ class List(Module):
     __hash__ = GraphNode.__hash__
 
     def append(self, value: tp.Any) -> None:
-        _write(self, str(len(self.__dict__)), value, True)
+        _write(self, str(len(self)), value, True)
 
     def extend(self, values: tp.Iterable[tp.Any]) -> None:
         for v in values:
             self.append(v)
 
-    def insert(self, i: int, value: tp.Any) -> None:
+    def insert(self, index: int, value: tp.Any) -> None:
         items = list(self)
-        items.insert(i, value)
+        items.insert(index, value)
         self._reset(items)
 
     def pop(self, i: int = -1) -> tp.Any:
@@ -349,8 +364,12 @@ class List(Module):
 
     def _reset(self, items: list) -> None:
         self.check_valid_context("Cannot mutate 'List' from different trace level.")
-        self.__dict__.clear()
-        object.__setattr__(self, "_pytree__status", type(self)._pytree__class_status)
+        d = self.__dict__
+        status = self._pytree__status
+        for k in [k for k in d if k.isdigit()]:
+            del d[k]
+            status = status.without(k)
+        object.__setattr__(self, "_pytree__status", status)
         for j, v in enumerate(items):
             _write(self, str(j), v, True)
 
@@ -368,7 +387,7 @@ class Sequential(Module):
     def __init__(self, *layers: tp.Any) -> None:
         if len(layers) == 1 and isinstance(layers[0], (list, tuple)):
             layers = tuple(layers[0])
-        self.layers = List(layers)
+        self.layers: List[tp.Any] = List(layers)
 
     def __call__(self, *args: tp.Any, rngs: tp.Any = None, **kwargs: tp.Any) -> tp.Any:
         if not self.layers:  # identity: one argument, the arguments, the keywords, or None

@@ -71,3 +71,29 @@ def test_capture_return_shapes_follow_the_number_of_types():
     assert nnx.capture(lambda x: x * 5)(1.0) == 5.0
     # a method_outputs type that is not among var_types records but is not returned
     assert nnx.capture(model, method_outputs=nnx.Intermediate)(1.0) == 2.0
+
+
+# -- nnx.List ------------------------------------------------------------------------------------
+
+
+def test_list_attribute_is_static_and_survives_split_merge():
+    lst = nnx.List([nnx.Linear(2, 2, rngs=nnx.Rngs(0)), 3])
+    lst.tag = "mlp"
+    assert len(lst) == 2 and list(lst)[1] == 3
+    assert list(nnx.state(lst).keys()) == [0]
+    graphdef, state = nnx.split(lst)
+    back = nnx.merge(graphdef, state)
+    assert back.tag == "mlp" and len(back) == 2 and back[1] == 3
+    back.insert(0, 5)
+    assert back.pop() == 3 and back.tag == "mlp" and len(back) == 2
+    assert "mlp" not in jax.tree_util.tree_leaves(back)  # the tag is static
+
+
+def test_list_is_generic_and_a_mutable_sequence():
+    from collections.abc import MutableSequence
+
+    assert nnx.List[int] is not None
+    lst = nnx.List([1, 2])
+    assert isinstance(lst, MutableSequence)
+    lst += [3]
+    assert list(reversed(lst)) == [3, 2, 1] and lst.index(2) == 1
