@@ -43,3 +43,17 @@ def test_api_reference_lists_public_members(site):
     assert "MultiHeadDotProductAttention" in text and "flaxen.linen.initializers" in text
     text = (site / "api" / "nnx.html").read_text(encoding="utf-8")
     assert "Optimizer" in text
+
+
+def test_readme_sections_are_included_whole_and_alone(site):
+    performance = (site / "performance.html").read_text(encoding="utf-8")
+    assert "Linen MLP-100" in performance  # README's speed table
+    assert "builds the documentation site" not in performance  # the next README section
+    migrating = (site / "migrating.html").read_text(encoding="utf-8")
+    assert "deliberately differs" in migrating  # README's compatibility notes
+    assert "What is implemented" not in migrating
+
+
+def test_pages_link_error_classes_to_the_catalogue(site):
+    text = (site / "checkpoints.html").read_text(encoding="utf-8")
+    assert 'href="errors.html#flaxen.errors.RestoreMismatchError"' in text
