@@ -193,10 +193,11 @@ def jit(
                 f"static_argnums={tuple(static_argnums)} refers to argument "
                 f"{max(static_argnums)}; pass all static arguments positionally."
             )
-        # The trace depends on the scopes' paths, mutability and flags: make them static.
+        # The trace depends on the scopes' mutability and flags: make them static. Not on
+        # their paths: the variables and keys of the scope come in as arguments, so modules
+        # configured alike at different paths share one trace (as in Flax).
         fingerprint = tuple(
-            (s.path, _hashable_filter(s.mutable), tuple(sorted(s.flags.items())))
-            for s in roots)
+            (_hashable_filter(s.mutable), tuple(sorted(s.flags.items()))) for s in roots)
 
         def inner(scope_fn, repack_fn, variable_groups, rng_groups, *args, **kwargs):
             rng_groups = _reseeded(rng_groups, roots)

@@ -155,11 +155,28 @@ def circular_pad(
     The split between the two sides is the one 'SAME' uses for stride 1, so a circular
     convolution lines up with a 'SAME' one away from the borders.
     """
+    return _same_split_pad(inputs, kernel_size, dilation, "wrap")
+
+
+def reflect_pad(
+    inputs: jnp.ndarray, kernel_size: Sequence[int], dilation: Sequence[int]
+) -> jnp.ndarray:
+    """Mirror-pads the spatial dims (edge not repeated) for a VALID convolution ('REFLECT'),
+    split between the sides as :func:`circular_pad` does.
+
+    >>> reflect_pad(jnp.arange(4.0).reshape(1, 4, 1), (3,), (1,))[0, :, 0].tolist()
+    [1.0, 0.0, 1.0, 2.0, 3.0, 2.0]
+    """
+    return _same_split_pad(inputs, kernel_size, dilation, "reflect")
+
+
+def _same_split_pad(inputs: jnp.ndarray, kernel_size: Sequence[int], dilation: Sequence[int],
+                    mode: str) -> jnp.ndarray:
     pads = [(0, 0)]
     for k in dilated_sizes(kernel_size, dilation):
         pads.append(((k - 1) // 2, k // 2))
     pads.append((0, 0))
-    return jnp.pad(inputs, pads, mode="wrap")
+    return jnp.pad(inputs, pads, mode=mode)
 
 
 def causal_padding(

@@ -88,9 +88,13 @@ class _Conv(Module):
 
         padding = cm.canonicalize_padding(self.padding, n)
         if isinstance(padding, str):
-            padding = cm.check_padding_string(padding, layer, cm.LAYER_PADDING_STRINGS)
+            padding = cm.check_padding_string(
+                padding, layer, cm.LAYER_PADDING_STRINGS + ("REFLECT",))
             if padding == "CIRCULAR":
                 inputs = cm.circular_pad(inputs, kernel_size, kernel_dilation)
+                padding = "VALID"
+            elif padding == "REFLECT":
+                inputs = cm.reflect_pad(inputs, kernel_size, kernel_dilation)
                 padding = "VALID"
             elif padding == "CAUSAL":
                 padding = cm.causal_padding(kernel_size, kernel_dilation, layer)
@@ -167,9 +171,9 @@ class Conv(_Conv):
       features: number of output channels.
       kernel_size: one size per spatial dimension, e.g. ``(3, 3)``; an int means 1-D.
       strides: int or one per spatial dimension (default 1).
-      padding: ``'SAME'``, ``'VALID'``, ``'CIRCULAR'`` (periodic), ``'CAUSAL'`` (1-D, left
-        only), an int (same on all sides), or one ``(low, high)`` pair (or int) per
-        spatial dimension.
+      padding: ``'SAME'``, ``'VALID'``, ``'CIRCULAR'`` (periodic), ``'REFLECT'`` (mirrored
+        at the edges), ``'CAUSAL'`` (1-D, left only), an int (same on all sides), or one
+        ``(low, high)`` pair (or int) per spatial dimension.
       input_dilation: dilation of the inputs (a transposed convolution with that stride).
       kernel_dilation: dilation of the kernel (atrous convolution).
       feature_group_count: splits input channels into groups (depthwise when equal to

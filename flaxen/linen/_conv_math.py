@@ -22,6 +22,7 @@ from flaxen.layer_math.convolution import (
     explicit_padding,
     flatten_batch,
     kernel_size_tuple,
+    reflect_pad,
     restore_batch,
     valid_output_spatial,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "check_padding_string",
     "circular_fold",
     "circular_pad",
+    "reflect_pad",
     "dilated_sizes",
     "explicit_padding",
     "flatten_batch",

@@ -69,8 +69,8 @@ class _JitModule:
             for leaf in jax.tree_util.tree_leaves(
                 (args, kwargs), is_leaf=lambda x: isinstance(x, InstancePlaceholder))
             if isinstance(leaf, InstancePlaceholder))
-        self.key = (module_fingerprint(template), _state_fingerprint(snapshot), arg_fps,
-                    plan_key(fields))
+        self.key = (module_fingerprint(template, names=False), _state_fingerprint(snapshot),
+                    arg_fps, plan_key(fields))
         self._hash = hash(self.key)
 
     def __hash__(self) -> int:

@@ -632,21 +632,26 @@ def lift_direct_transform(transform: Callable[..., Any], targets: tuple, mdl: An
         mdl, *args, **kwargs)
 
 
-def module_fingerprint(x: Any, _depth: int = 0) -> Any:
-    """A hashable summary of a value's configuration (Modules: class + fields + name)."""
+def module_fingerprint(x: Any, _depth: int = 0, names: bool = True) -> Any:
+    """A hashable summary of a value's configuration (Modules: class + fields + name).
+
+    ``names=False`` leaves Module names out (as Flax's ``nn.jit`` cache key does: sibling
+    Modules configured alike share one trace; the scope they run in is an argument).
+    """
     if isinstance(x, ModuleBase):
         if _depth > 32:
             return Identity(x)
         cls = type(x)
         d = x.__dict__
-        return (cls, d.get("name"), tuple(
-            module_fingerprint(d.get(f), _depth + 1) for f in cls._flaxen_fields))
+        return (cls, d.get("name") if names else None, tuple(
+            module_fingerprint(d.get(f), _depth + 1, names) for f in cls._flaxen_fields))
     if isinstance(x, (list, tuple)):
-        return (type(x), tuple(module_fingerprint(v, _depth + 1) for v in x))
+        return (type(x), tuple(module_fingerprint(v, _depth + 1, names) for v in x))
     if isinstance(x, Mapping):
-        return (type(x), tuple((k, module_fingerprint(v, _depth + 1)) for k, v in x.items()))
+        return (type(x), tuple((k, module_fingerprint(v, _depth + 1, names))
+                               for k, v in x.items()))
     if _depth < 32 and serialization.is_serializable(x) and not isinstance(x, jax.Array):
         # A type with a registered state dict is compared by that dict, not by its
         # __hash__/__eq__ (which it may not support).
-        return (type(x), module_fingerprint(serialization.to_state_dict(x), _depth + 1))
+        return (type(x), module_fingerprint(serialization.to_state_dict(x), _depth + 1, names))
     return hashable(x)

@@ -486,3 +486,45 @@ def test_mhdpa_decode_without_cache_collection():
     variables = layer.init(jax.random.PRNGKey(0), x)
     with pytest.raises(ValueError, match=r"expected query shape \(1, 1, 2, 4\).*one position"):
         layer.apply(variables, x[:, :2], mutable=["cache"])
+
+
+def test_einsum_dot_general_replaces_both_matmuls():
+    q, k, v = _qkv((2, 3, 4, 8), 5)
+    seen = []
+
+    def scaled_dot_general(*args, **kwargs):  # a fresh function: jnp.einsum caches per callee
+        seen.append(1)
+        return jax.lax.dot_general(*args, **kwargs) * 2.0
+
+    out = dot_product_attention(q, k, v, einsum_dot_general=scaled_dot_general)
+    assert len(seen) == 2
+    # logits doubled, then the weighted sum doubled
+    weights = jax.nn.softmax(2.0 * jnp.einsum("...qhd,...khd->...hqk", q / jnp.sqrt(8.0), k))
+    expected = 2.0 * jnp.einsum("...hqk,...khd->...qhd", weights, v)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_mha_einsum_classes_and_fp32_softmax_fields():
+    calls = []
+
+    class Einsum:
+        def __init__(self, *args, **kwargs):
+            calls.append("make")
+
+        def __call__(self, spec, a, b, **kwargs):
+            calls.append(spec)
+            return jnp.einsum(spec, a, b, **kwargs)
+
+    x = jnp.ones((2, 3, 8))
+    layer = nn.MultiHeadDotProductAttention(
+        num_heads=2, qk_attn_weights_einsum_cls=Einsum, attn_weights_value_einsum_cls=Einsum)
+    v = layer.init(jax.random.key(0), x)
+    calls.clear()
+    y = layer.apply(v, x)
+    assert calls.count("make") == 2 and len(calls) == 4
+    np.testing.assert_allclose(
+        y, nn.MultiHeadDotProductAttention(num_heads=2).apply(v, x), rtol=1e-6)
+    half = nn.MultiHeadDotProductAttention(num_heads=2, dtype=jnp.bfloat16,
+                                           force_fp32_for_softmax=True)
+    hv = half.init(jax.random.key(0), x)
+    assert half.apply(hv, x).dtype == jnp.bfloat16  # output projection in the layer dtype

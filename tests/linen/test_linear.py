@@ -169,6 +169,24 @@ def test_conv_circular_wraps_around():
     )
 
 
+@pytest.mark.parametrize("padding", ["REFLECT", "reflect"])
+def test_conv_reflect_mirrors_the_edges(padding):
+    x = R.randn(6, 2).astype(np.float32)
+    y, v = _init(nn.Conv(3, (4,), padding=padding, use_bias=False), x[None])
+    # kernel 4: one row mirrored before, two after (the 'SAME' split), edge not repeated
+    mirrored = np.concatenate([x[1:2], x, x[-2:-1], x[-3:-2]])
+    np.testing.assert_allclose(
+        y[0], _np_conv1d(mirrored, np.asarray(v["params"]["kernel"]), (0, 0)), rtol=1e-5,
+        atol=1e-5,
+    )
+    assert y.shape == (1, 6, 3)
+
+
+def test_conv_local_reflect_keeps_the_input_size():
+    y, _ = _init(nn.ConvLocal(2, (3, 3), padding="REFLECT"), jnp.ones((1, 5, 5, 1)))
+    assert y.shape == (1, 5, 5, 2)
+
+
 def test_conv_batch_dims_none_one_many():
     layer = nn.Conv(4, (3, 3))
     x = R.randn(2, 3, 5, 5, 2).astype(np.float32)

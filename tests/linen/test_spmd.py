@@ -160,3 +160,28 @@ def test_logically_partitioned_box(mesh):
     assert box.unbox() is box.value  # no mesh anywhere: no constraint
     sharded = jax.jit(lambda b: b.unbox() + 0)(box.replace(mesh=mesh))
     assert sharded.sharding.is_equivalent_to(NamedSharding(mesh, P("model", None)), 2)
+
+
+def test_unconstrained_passes_through_logical_to_mesh_axes():
+    unc = P.UNCONSTRAINED
+    rules = (("batch", "data"), ("embed", unc), ("mlp", "data"))
+    assert spmd.logical_to_mesh_axes(("batch", unc, None), rules) == P("data", unc, None)
+    # UNCONSTRAINED as a rule's target claims no mesh axis: 'mlp' may still take 'data'
+    assert spmd.logical_to_mesh_axes(("embed", "mlp"), rules) == P(unc, "data")
+    # UNCONSTRAINED may repeat (only string names must be unique)
+    assert spmd.logical_to_mesh_axes((unc, unc, "batch"), rules) == P(unc, unc, "data")
+    with spmd.logical_axis_rules(rules):
+        assert spmd.logical_to_mesh_axes(("batch", unc)) == P("data", unc)
+
+
+def test_with_logical_constraint_accepts_unconstrained_names():
+    mesh = Mesh(np.array(jax.devices()[:1]), ("data",))
+    x = jnp.ones((2, 3))
+    rules = (("batch", "data"),)
+
+    @jax.jit
+    def f(x):
+        return spmd.with_logical_constraint(x, ("batch", P.UNCONSTRAINED), rules=rules,
+                                            mesh=mesh)
+
+    np.testing.assert_array_equal(f(x), x)
