@@ -11,10 +11,15 @@ the combinators below. :func:`to_predicate` turns a filter into a ``(path, value
 (True, False)
 >>> nnx.filterlib.to_predicate(nnx.Not('bias'))(('layer', 'bias'), nnx.Param(0.0))
 False
+
+As in Flax, filters accept attributes (``f.__doc__ = '...'`` on a combinator) and
+``OfType``, ``WithTag`` and ``PathContains`` are frozen dataclasses.
 """
 
 from __future__ import annotations
 
+import builtins
+import dataclasses
 import typing as tp
 from types import EllipsisType
 
@@ -32,13 +37,11 @@ def _value_type(value: tp.Any) -> type:
     return type(value)
 
 
+@dataclasses.dataclass(frozen=True, repr=False, eq=False)
 class OfType:
     """Matches Variables (or VariableStates) of ``type`` or a subclass of it."""
 
-    __slots__ = ("type",)
-
-    def __init__(self, type: type) -> None:  # noqa: A002
-        self.type = type
+    type: builtins.type
 
     def __call__(self, path: Path, value: tp.Any) -> bool:
         t = _value_type(value)
@@ -54,13 +57,11 @@ class OfType:
         return hash((OfType, self.type))
 
 
+@dataclasses.dataclass(frozen=True, repr=False, eq=False)
 class WithTag:
     """Matches values whose ``tag`` attribute (RNG streams) equals ``tag``."""
 
-    __slots__ = ("tag",)
-
-    def __init__(self, tag: str) -> None:
-        self.tag = tag
+    tag: str
 
     def __call__(self, path: Path, value: tp.Any) -> bool:
         return getattr(value, "tag", None) == self.tag
@@ -75,6 +76,7 @@ class WithTag:
         return hash((WithTag, self.tag))
 
 
+@dataclasses.dataclass(frozen=True, repr=False, eq=False)
 class PathContains:
     """Matches values whose path has ``key`` as one of its parts, or whose tag is ``key``.
 
@@ -82,11 +84,8 @@ class PathContains:
     (``PathContains('backbone', exact=False)`` picks ``backbone1`` and ``backbone2``).
     """
 
-    __slots__ = ("key", "exact")
-
-    def __init__(self, key: tp.Any, exact: bool = True) -> None:
-        self.key = key
-        self.exact = exact
+    key: tp.Any
+    exact: bool = True
 
     def __call__(self, path: Path, value: tp.Any) -> bool:
         if getattr(_value_type(value), "_string_filter_exempt", False):
@@ -110,8 +109,6 @@ class PathContains:
 class PathIn:
     """Matches values whose path is one of ``paths`` (tuples of keys)."""
 
-    __slots__ = ("paths",)
-
     def __init__(self, *paths: Path) -> None:
         self.paths = frozenset(tuple(p) for p in paths)
 
@@ -130,8 +127,6 @@ class PathIn:
 
 class Any:
     """Matches when any of ``filters`` matches."""
-
-    __slots__ = ("predicates",)
 
     def __init__(self, *filters: Filter) -> None:
         self.predicates = tuple(to_predicate(f) for f in filters)
@@ -152,8 +147,6 @@ class Any:
 class All:
     """Matches when every one of ``filters`` matches."""
 
-    __slots__ = ("predicates",)
-
     def __init__(self, *filters: Filter) -> None:
         self.predicates = tuple(to_predicate(f) for f in filters)
 
@@ -172,8 +165,6 @@ class All:
 
 class Not:
     """Matches when ``filter`` does not."""
-
-    __slots__ = ("predicate",)
 
     def __init__(self, filter: Filter) -> None:  # noqa: A002
         self.predicate = to_predicate(filter)
@@ -194,8 +185,6 @@ class Not:
 class Everything:
     """Matches everything."""
 
-    __slots__ = ()
-
     def __call__(self, path: Path, value: tp.Any) -> bool:
         return True
 
@@ -211,8 +200,6 @@ class Everything:
 
 class Nothing:
     """Matches nothing."""
-
-    __slots__ = ()
 
     def __call__(self, path: Path, value: tp.Any) -> bool:
         return False

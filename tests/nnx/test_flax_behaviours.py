@@ -97,3 +97,27 @@ def test_list_is_generic_and_a_mutable_sequence():
     assert isinstance(lst, MutableSequence)
     lst += [3]
     assert list(reversed(lst)) == [3, 2, 1] and lst.index(2) == 1
+
+
+# -- filters ---------------------------------------------------------------------------------------
+
+
+def test_filters_accept_attributes_and_three_are_frozen_dataclasses():
+    import dataclasses
+
+    combined = nnx.Any(nnx.Param, nnx.BatchStat)
+    combined.__doc__ = "params and stats"
+    assert combined.__doc__ == "params and stats"
+    for f in (nnx.All(nnx.Param), nnx.Not(nnx.Param), nnx.PathIn(("a",)),
+              nnx.Everything(), nnx.Nothing()):
+        f.note = "kept"
+        assert f.note == "kept"
+    of = nnx.OfType(nnx.Param)
+    assert [f.name for f in dataclasses.fields(of)] == ["type"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        of.type = nnx.BatchStat
+    assert dataclasses.replace(nnx.PathContains("a"), exact=False) == nnx.PathContains(
+        "a", exact=False)
+    assert nnx.WithTag("t") == nnx.WithTag("t") and hash(nnx.OfType(nnx.Param)) == hash(of)
+    state = nnx.state(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), combined)
+    assert sorted(state.keys()) == ["bias", "kernel"]
