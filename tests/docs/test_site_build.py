@@ -57,3 +57,30 @@ def test_readme_sections_are_included_whole_and_alone(site):
 def test_pages_link_error_classes_to_the_catalogue(site):
     text = (site / "checkpoints.html").read_text(encoding="utf-8")
     assert 'href="errors.html#flaxen.errors.RestoreMismatchError"' in text
+
+
+def test_every_internal_link_and_anchor_exists(site):
+    import re
+    from urllib.parse import unquote, urlsplit
+
+    ids: dict = {}
+    broken = []
+    pages_html = sorted(site.rglob("*.html"))
+    for page in pages_html:
+        ids[page] = set(re.findall(r'\bid="([^"]+)"', page.read_text(encoding="utf-8")))
+    for page in pages_html:
+        for href in re.findall(r'\bhref="([^"]+)"', page.read_text(encoding="utf-8")):
+            if re.match(r"^[a-z]+:", href):  # http:, https:, mailto:
+                continue
+            if href.startswith(("#svg-", "#furo-")):  # the theme's icon sprite and skip link
+                continue
+            parts = urlsplit(href)  # drops the ?v=... cache busters of static files
+            path, anchor = unquote(parts.path), unquote(parts.fragment)
+            target = (page.parent / path).resolve() if path else page
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.exists():
+                broken.append(f"{page.name}: {href}")
+            elif anchor and target.suffix == ".html" and anchor not in ids[target]:
+                broken.append(f"{page.name}: {href} (no such anchor)")
+    assert not broken, broken[:20]
