@@ -84,3 +84,10 @@ def test_every_internal_link_and_anchor_exists(site):
             elif anchor and target.suffix == ".html" and anchor not in ids[target]:
                 broken.append(f"{page.name}: {href} (no such anchor)")
     assert not broken, broken[:20]
+
+
+def test_changelog_page_shows_the_repository_changelog(site):
+    import flaxen
+
+    text = (site / "changelog.html").read_text(encoding="utf-8")
+    assert "Keep a Changelog" in text and flaxen.__version__ in text
