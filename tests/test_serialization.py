@@ -178,6 +178,7 @@ def test_typed_prng_key_error_is_one_traceback_naming_the_path_and_fix(tmp_path)
     with config.temp_flip_flag("use_orbax_checkpointing", False):
         with pytest.raises(TypeError, match="At /k: Cannot store a typed PRNG key") as info:
             checkpoints.save_checkpoint(tmp_path, {"k": jax.random.key(1)}, step=0)
+    assert str(info.value).startswith(f'Cannot save checkpoint "{tmp_path / "checkpoint_0"}": ')
     assert _chain_length(info.value) == 1
 
 

@@ -259,9 +259,15 @@ def _save(
         raise errors.MPACheckpointingRequiredError(ckpt_path, step)
     if not writer:
         return shown
-    parts = _ckpt_io.encode_parts(
-        serialization.to_state_dict(target), copy_arrays=async_manager is not None
-    )
+    try:
+        parts = _ckpt_io.encode_parts(
+            serialization.to_state_dict(target), copy_arrays=async_manager is not None
+        )
+    except (TypeError, ValueError, OverflowError) as e:
+        if type(e) in (TypeError, ValueError, OverflowError):
+            # Name the file in the same error (a new one would add a chained traceback).
+            e.args = (f'Cannot save checkpoint "{shown}": {e}',)
+        raise
     tmp = tmp_path(ckpt_dir, prefix)
 
     def write_and_commit() -> None:
