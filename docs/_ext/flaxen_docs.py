@@ -51,7 +51,7 @@ def public_members(module: types.ModuleType) -> list[str]:
 
 
 def _documentable(module: types.ModuleType, name: str) -> bool:
-    # Constants and type aliases have no docstring of their own worth a table row.
+    # Constants (numbers, strings, tuples) have no docstring of their own worth a table row.
     try:
         value = getattr(module, name)
     except AttributeError:

@@ -45,9 +45,11 @@ class Step:
 
 
 def pages() -> list[pathlib.Path]:
-    """Every Markdown page of the site (build output and included fragments excluded)."""
+    """Every Markdown page of the site (build output, included fragments and the folder's
+    README, which is for contributors and not part of the site, excluded)."""
     return sorted(p for p in DOCS.rglob("*.md")
-                  if "_build" not in p.parts and "_include" not in p.parts)
+                  if "_build" not in p.parts and "_include" not in p.parts
+                  and p != DOCS / "README.md")
 
 
 def fenced_blocks(text: str) -> list[Block]:
