@@ -169,7 +169,7 @@ class Optimizer(Module, tp.Generic[M]):
                 "takes the gradients alone.")
         params_state = state(model, self.wrt, graph=self.graph)
         params = as_pure(params_state)
-        grad_arrays = as_pure(state(grads, self.wrt, graph=self.graph))
+        grad_arrays = as_pure(_select(grads, self.wrt, self.graph))
         p_def: tp.Any = jax.tree_util.tree_structure(params)  # PyTreeDef (stub unresolved)
         if p_def != jax.tree_util.tree_structure(grad_arrays):
             _raise_mismatch(params_state, grads, self.wrt, self.graph)
@@ -186,6 +186,15 @@ class Optimizer(Module, tp.Generic[M]):
             update(self.opt_state, state(new_opt, graph=self.graph))
         self.step.set_value(self.step.get_value() + 1)
         return updates
+
+
+def _select(grads: tp.Any, wrt: filterlib.Filter, graph: bool | None) -> tp.Any:
+    """``nnx.state(grads, wrt)``. Gradients are a new State every step, which the walk's
+    cache cannot serve, so a State is filtered directly (``State.filter``, several times
+    cheaper than walking it)."""
+    if type(grads) is State:
+        return grads.filter(wrt)
+    return state(grads, wrt, graph=graph)
 
 
 def _assign(model: tp.Any, params_state: tp.Any, p_def: tp.Any, new_params: tp.Any,
