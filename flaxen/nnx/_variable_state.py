@@ -65,8 +65,11 @@ class VariableState(tp.Generic[A]):
         object.__setattr__(self, "_var_metadata", metadata)
 
     def __getattr__(self, name: str) -> tp.Any:
+        meta = object.__getattribute__(self, "_var_metadata")
+        if name == "sharding" and name not in meta and "out_sharding" in meta:
+            return meta["out_sharding"]  # today's Variables store the 0.8.3 `sharding` so
         try:
-            return object.__getattribute__(self, "_var_metadata")[name]
+            return meta[name]
         except KeyError:
             raise AttributeError(
                 f"VariableState has no attribute or metadata {name!r}; its metadata keys are "

@@ -287,7 +287,7 @@ def _nnx_variables(module: tp.Any) -> list[tuple[tuple, Variable]]:
 
 
 def _boxed(var: Variable) -> tp.Any:
-    sharding = var._var_metadata.get("sharding")
+    sharding = var._var_metadata.get("sharding", var._var_metadata.get("out_sharding"))
     if sharding is not None:
         return meta.Partitioned(var.raw_value, names=tuple(sharding))
     return var.raw_value

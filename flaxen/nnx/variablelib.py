@@ -10,18 +10,25 @@ The Flax 0.8.3 snapshot class :class:`VariableState` (``flaxen.experimental.nnx`
 
 >>> import jax.numpy as jnp
 >>> from flaxen import nnx
->>> w = nnx.Param(jnp.ones(3), sharding=('model',))
->>> w.shape, w.sharding, float((w * 2).sum())
+>>> w = nnx.Param(jnp.ones(3), out_sharding=('model',))
+>>> w.shape, w.get_metadata('out_sharding'), float((w * 2).sum())
 ((3,), ('model',), 6.0)
+>>> nnx.Param(jnp.ones(3), sharding=('model',)).get_metadata('out_sharding')
+('model',)
 >>> vs = w.to_state()
 >>> vs.type is nnx.Param, vs.sharding
 (True, ('model',))
+
+The sharding names are stored as ``out_sharding``, as in Flax 0.12.8: ``sharding=`` (also
+the Flax 0.8.3 face's spelling, so it is taken silently) and the deprecated
+``sharding_names=`` (a ``DeprecationWarning``, as Flax warns) are renamed on the way in.
 """
 
 from __future__ import annotations
 
 import builtins
 import typing as tp
+import warnings
 
 import jax
 
@@ -266,6 +273,7 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
             eager_sharding = using_eager_sharding()
         if ref:
             _check_hooks_free(value)
+        _remap_sharding(metadata)
         metadata["hijax"] = bool(hijax)
         metadata["ref"] = bool(ref)
         metadata["eager_sharding"] = bool(eager_sharding)
@@ -307,6 +315,12 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
     @property
     def ref(self) -> bool:
         return self._var_metadata.get("ref", False)
+
+    @property
+    def sharding_names(self) -> tp.Any:
+        """Deprecated alias of the ``out_sharding`` metadata (None when absent); warns."""
+        warnings.warn(_SHARDING_NAMES_DEPRECATED, DeprecationWarning, stacklevel=2)
+        return self._var_metadata.get("out_sharding")
 
     # -- metadata as attributes; other attributes proxy the value ---------------------------
     def __getattr__(self, name: str) -> tp.Any:
@@ -405,14 +419,18 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
                             "not a mix of positional and keyword arguments.")
         if len(args) == 1:
             new = dict(args[0])
+            _remap_sharding(new)
             for key in _DEFAULT_REQUIRED:
                 new.setdefault(key, self.get_metadata(key))
             self._check_fixed(new)
             object.__setattr__(self, "_var_metadata", new)
         elif len(args) == 2:
-            self._check_fixed({args[0]: args[1]})
-            self._var_metadata[args[0]] = args[1]
+            entry = {args[0]: args[1]}
+            _remap_sharding(entry)
+            self._check_fixed(entry)
+            self._var_metadata.update(entry)
         elif kwargs and not args:
+            _remap_sharding(kwargs)
             self._check_fixed(kwargs)
             self._var_metadata.update(kwargs)
         else:
@@ -657,6 +675,20 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
         object.__setattr__(self, "_trace_state", _trace.current_trace())
 
 
+_SHARDING_NAMES_DEPRECATED = "'sharding_names' is deprecated, use 'out_sharding' instead."
+
+
+def _remap_sharding(metadata: dict) -> None:
+    """Renames the old spellings of the sharding names to ``out_sharding`` in place."""
+    if "sharding" in metadata:
+        # the Flax 0.8.3 face shares this constructor and spells it `sharding`, so this
+        # rename is silent (Flax 0.12.8 warns); its readers accept `out_sharding`
+        metadata["out_sharding"] = metadata.pop("sharding")
+    if "sharding_names" in metadata:
+        warnings.warn(_SHARDING_NAMES_DEPRECATED, DeprecationWarning, stacklevel=4)
+        metadata["out_sharding"] = metadata.pop("sharding_names")
+
+
 def _ref_read(x: tp.Any) -> tp.Any:
     return x[...] if is_array_ref(x) else x
 
@@ -769,9 +801,9 @@ def with_metadata(
 
     >>> import jax
     >>> from flaxen import nnx
-    >>> init = nnx.with_metadata(jax.nn.initializers.ones, sharding=(None, 'model'))
+    >>> init = nnx.with_metadata(jax.nn.initializers.ones, out_sharding=(None, 'model'))
     >>> p = nnx.Param(init(jax.random.key(0), (2, 3)))
-    >>> p.sharding
+    >>> p.get_metadata('out_sharding')
     (None, 'model')
     """
 

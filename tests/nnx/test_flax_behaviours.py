@@ -121,3 +121,120 @@ def test_filters_accept_attributes_and_three_are_frozen_dataclasses():
     assert nnx.WithTag("t") == nnx.WithTag("t") and hash(nnx.OfType(nnx.Param)) == hash(of)
     state = nnx.state(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), combined)
     assert sorted(state.keys()) == ["bias", "kernel"]
+
+
+# -- nnx.scan ------------------------------------------------------------------------------------
+
+
+class _Counter(nnx.Module):
+    def __init__(self):
+        self.count = nnx.BatchStat(jnp.array(0))
+        self.w = nnx.Param(jnp.array(2.0))
+
+
+@pytest.mark.parametrize("modes, expected", [
+    (dict(graph=False), 5), (dict(graph=True, graph_updates=False), 5), (dict(graph=True), 0)])
+def test_scan_broadcast_variable_updates(modes, expected):
+    counter = _Counter()
+
+    @nnx.scan(in_axes=(None, nnx.Carry, 0), out_axes=nnx.Carry, **modes)
+    def step(c, total, x):
+        c.count[...] += 1
+        return total + x
+
+    assert float(step(counter, jnp.array(0.0), jnp.arange(5.0))) == 10.0
+    assert int(counter.count[...]) == expected
+
+
+def test_scan_accepts_carry_inside_state_axes():
+    counter = _Counter()
+    axes = nnx.StateAxes({nnx.Param: None, nnx.BatchStat: nnx.Carry})
+
+    @nnx.scan(in_axes=(axes, 0), out_axes=0)
+    def step(c, x):
+        c.count[...] += x
+        return c.w * x
+
+    ys = step(counter, jnp.arange(3))
+    assert ys.tolist() == [0.0, 2.0, 4.0] and int(counter.count[...]) == 3
+    with pytest.raises(Exception, match="Cannot carry output state"):
+        nnx.scan(lambda c, x: (c, x), in_axes=(axes, 0),
+                 out_axes=(nnx.StateAxes({nnx.Param: 0, nnx.BatchStat: nnx.Carry}), 0))
+
+
+# -- trace checks ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transform", [
+    lambda f: jax.vmap(f)(jnp.ones(2)), lambda f: jax.grad(f)(1.0),
+    lambda f: jax.jit(f)(1.0)])
+def test_mutating_a_captured_pytree_under_another_trace_raises(transform):
+    class Box(nnx.Pytree):
+        def __init__(self):
+            self.a = nnx.data(jnp.array(1.0))
+
+    box, var = Box(), nnx.Param(jnp.array(1.0))
+
+    def set_attr(x):
+        box.a = x
+        return x
+
+    def set_var(x):
+        var[...] = x
+        return x
+
+    with pytest.raises(nnx.errors.TraceContextError, match="different trace level"):
+        transform(set_attr)
+    with pytest.raises(nnx.errors.TraceContextError):
+        transform(set_var)
+    assert float(box.a) == 1.0 and float(var[...]) == 1.0
+
+
+# -- WeightNorm ------------------------------------------------------------------------------------
+
+
+def test_weight_norm_leaves_the_wrapped_kernel_normalized():
+    linear = nnx.Linear(3, 4, rngs=nnx.Rngs(0))
+    layer = nnx.WeightNorm(linear, rngs=nnx.Rngs(1))
+    layer.scales[("kernel",)][...] = jnp.array([1.0, 2.0, 3.0, 4.0])
+    x = jnp.ones((2, 3))
+    y = layer(x)
+    kernel = linear.kernel[...]
+    assert np.allclose(jnp.linalg.norm(kernel, axis=0), [1.0, 2.0, 3.0, 4.0], atol=1e-5)
+    assert np.allclose(y, x @ kernel + linear.bias[...], atol=1e-5)
+    # normalising an already normalised kernel changes nothing
+    assert np.allclose(layer(x), y, atol=1e-5)
+
+
+# -- sharding metadata -----------------------------------------------------------------------------
+
+
+def test_sharding_is_stored_as_out_sharding_and_vmap_stacks_it():
+    p = nnx.Param(jnp.ones(2), sharding=("a",), eager_sharding=False)
+    assert p.get_metadata("out_sharding") == ("a",) and not p.has_metadata("sharding")
+    p.set_metadata(sharding=("b",))
+    assert p.get_metadata("out_sharding") == ("b",)
+
+    class Layer(nnx.Module):
+        def __init__(self, _):
+            self.w = nnx.Param(jnp.ones(3), sharding=("b",), eager_sharding=False)
+
+    for name, expected in ((None, (None, "b")), ("layers", ("layers", "b"))):
+        make = nnx.vmap(lambda i: Layer(i), in_axes=0, out_axes=0,
+                        transform_metadata={nnx.PARTITION_NAME: name})
+        stacked = make(jnp.arange(4))
+        assert stacked.w.shape == (4, 3)
+        assert stacked.w.get_metadata("out_sharding") == expected
+
+
+def test_sharding_names_is_a_deprecated_alias_of_out_sharding():
+    with pytest.warns(DeprecationWarning, match="'sharding_names' is deprecated"):
+        p = nnx.Param(jnp.ones(2), sharding_names=("a",), eager_sharding=False)
+    assert p.get_metadata("out_sharding") == ("a",)
+    with pytest.warns(DeprecationWarning, match="use 'out_sharding'"):
+        assert p.sharding_names == ("a",)
+    with pytest.warns(DeprecationWarning):
+        assert nnx.Param(jnp.ones(2)).sharding_names is None
+    with pytest.warns(DeprecationWarning):
+        p.set_metadata("sharding_names", ("z",))
+    assert p.get_metadata("out_sharding") == ("z",)

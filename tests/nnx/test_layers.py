@@ -85,7 +85,7 @@ def test_instance_norm_matches_linen_and_checks_the_batch_axis():
         nnx.InstanceNorm(2, feature_axes=0, rngs=nnx.Rngs(0))(x)
 
 
-def test_weight_norm_matches_linen_and_keeps_the_raw_weight():
+def test_weight_norm_matches_linen_and_leaves_the_normalized_weight():
     x = jax.random.normal(jax.random.key(0), (4, 3))
     model = linen.WeightNorm(linen.Dense(2))
     v = model.init(jax.random.key(1), x)
@@ -95,7 +95,9 @@ def test_weight_norm_matches_linen_and_keeps_the_raw_weight():
     assert list(layer.scales) == [("kernel",)]
     raw = dense.kernel.value
     _same(layer(x), model.apply(v, x))
-    _same(dense.kernel.value, raw)  # only swapped in for the call
+    # as in Flax, the normalised weight stays in the layer (the scales are ones)
+    np.testing.assert_allclose(dense.kernel.value, raw / jnp.linalg.norm(raw, axis=0),
+                               rtol=1e-6)
 
 
 def test_spectral_norm_updates_its_statistics_only_when_asked():

@@ -36,7 +36,7 @@ def with_partitioning(initializer: tp.Callable[..., tp.Any], sharding: tp.Sequen
 
 def _spec(leaf: tp.Any) -> tp.Any:
     if isinstance(leaf, VariableState):
-        names = leaf._var_metadata.get("sharding")
+        names = leaf._var_metadata.get("sharding", leaf._var_metadata.get("out_sharding"))
         spec = PartitionSpec(*names) if names is not None else PartitionSpec()
         return leaf.replace(spec)
     if hasattr(leaf, "shape"):

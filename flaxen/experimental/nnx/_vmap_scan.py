@@ -128,9 +128,10 @@ def _partition_hook(plan: list, transform_metadata: tp.Mapping,
             name = transform_metadata[PARTITION_NAME]
             for (kind, ax), var in zip(plan, inner.leaf_objs()):
                 if kind == "axis" and var is not None:
-                    sharding = var._var_metadata.get("sharding")
+                    key = _names_key(var._var_metadata)
+                    sharding = var._var_metadata.get(key)
                     if sharding and len(sharding) > ax and sharding[ax] == name:
-                        var._var_metadata["sharding"] = (*sharding[:ax], *sharding[ax + 1:])
+                        var._var_metadata[key] = (*sharding[:ax], *sharding[ax + 1:])
         return then(args, kwargs) if then is not None else (args, kwargs)
 
     return hook
@@ -142,17 +143,23 @@ def _restore_partitions(lift: _lift.Lift, plan: list, transform_metadata: tp.Map
     name = transform_metadata[PARTITION_NAME]
     for (kind, ax), var in zip(plan, lift.flat.leaves):
         if kind == "axis" and isinstance(var, Variable):
-            sharding = var._var_metadata.get("sharding")
+            sharding = var._var_metadata.get(_names_key(var._var_metadata))
             if sharding is not None and not (len(sharding) > ax and sharding[ax] == name):
                 _insert_partition(var, ax, transform_metadata)
 
 
 def _insert_partition(var: tp.Any, axis: int, transform_metadata: tp.Mapping) -> None:
     meta = var._var_metadata
-    if "sharding" in meta and meta["sharding"] is not None and axis is not None:
-        names = list(meta["sharding"])
+    key = _names_key(meta)
+    if key in meta and meta[key] is not None and axis is not None:
+        names = list(meta[key])
         names.insert(axis, transform_metadata.get(PARTITION_NAME))
-        meta["sharding"] = tuple(names)
+        meta[key] = tuple(names)
+
+
+def _names_key(meta: tp.Mapping) -> str:
+    # Variables built by the shared constructor store `sharding=` as `out_sharding`
+    return "sharding" if "sharding" in meta else "out_sharding"
 
 
 def vmap(

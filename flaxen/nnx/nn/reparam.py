@@ -1,12 +1,11 @@
 """``nnx.WeightNorm`` and ``nnx.SpectralNorm``: wrappers that re-parameterise the weights of
 another layer (``layer_instance``) on every call.
 
-Both look at the wrapped layer's ``Param``s (by path, as ``nnx.iter_graph`` gives them),
-compute the re-parameterised value, and run the layer with it. Unlike Flax, which writes the
-normalised value into the wrapped layer's Param and leaves it there, flaxen swaps it in for
-the call only and puts the raw weight back: the layer keeps its learnable raw weights (as in
-Linen), a second call does not re-normalise an already normalised weight, and gradients flow
-through the normalisation to the raw weights. The numbers match Linen's ``WeightNorm`` /
+Both look at the wrapped layer's ``Param``s (by path, as ``nnx.iter_graph`` gives them) and
+compute the re-parameterised value. ``WeightNorm`` does as Flax's: it writes the normalised
+value into the wrapped layer's Param and leaves it there (after a call the kernel's columns
+have the learned scales as norms), then runs the layer. ``SpectralNorm`` swaps its value in
+for the call only and puts the raw weight back. The numbers match Linen's ``WeightNorm`` /
 ``SpectralNorm`` (same ``_l2_normalize``, power iteration and dtype rule).
 
 >>> import jax.numpy as jnp
@@ -64,12 +63,21 @@ def _swapped(new_values: list[tuple[Param, Array]]) -> tp.Iterator[None]:
 
 
 class WeightNorm(Module):
-    """Runs ``layer_instance`` with selected weights rewritten as ``scale * w / ||w||``.
+    """Rewrites selected weights of ``layer_instance`` in place as ``scale * w / ||w||``,
+    then runs it.
 
     The norm is over every axis except ``feature_axes`` (``None``: all axes, scalar scale).
     ``variable_filter`` (an NNX filter, default ``PathContains('kernel')``) picks the
     weights; their learned scales are ``scales[path]`` (Params, initialised by
-    ``scale_init`` in float32, as Flax does).
+    ``scale_init`` in float32, as Flax does). As in Flax the normalised value stays in the
+    wrapped layer's Param after the call.
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> wn = nnx.WeightNorm(nnx.Linear(3, 2, rngs=nnx.Rngs(0)), rngs=nnx.Rngs(1))
+    >>> _ = wn(jnp.ones((1, 3)))
+    >>> jnp.linalg.norm(wn.layer_instance.kernel[...], axis=0).round(4).tolist()
+    [1.0, 1.0]
     """
 
     def __init__(
@@ -127,13 +135,10 @@ class WeightNorm(Module):
 
     def __call__(self, x: Array, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         """Calls the wrapped layer with weight-normalised weights."""
-        new = [
-            (param, self._normalized(path, param))
-            for path, param in _params(self.layer_instance)
-            if self.variable_filter(path, param)
-        ]
-        with _swapped(new):
-            return self.layer_instance(x, *args, **kwargs)
+        for path, param in _params(self.layer_instance):
+            if self.variable_filter(path, param):
+                param.set_value(self._normalized(path, param))
+        return self.layer_instance(x, *args, **kwargs)
 
 
 class SpectralNorm(Module):

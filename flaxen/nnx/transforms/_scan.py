@@ -78,6 +78,10 @@ def _has_carry(spec: tp.Any) -> bool:
                for a in _spec_leaves(spec))
 
 
+def _has_plain_carry(spec: tp.Any) -> bool:
+    return any(a is Carry for a in _spec_leaves(spec)) and not _is_state_axes(spec)
+
+
 def _top_entries(spec: tp.Any) -> list:
     return list(spec) if isinstance(spec, (tuple, list)) else [spec]
 
@@ -89,7 +93,9 @@ def _check_axes(in_axes: tp.Any, out_axes: tp.Any) -> None:
         raise NNXTransformError(
             "in_axes", f"nnx.scan: Found multiple Carry definitions in in_axes={in_axes!r}",
             "Mark exactly one argument as nnx.Carry (group several values in one tuple).")
-    if _has_carry(in_axes) != _has_carry(out_axes):
+    # a Carry inside StateAxes (that state carried through the loop) does not count here: as
+    # in Flax, only a Carry marking a whole argument needs its partner in out_axes
+    if _has_plain_carry(in_axes) != _has_plain_carry(out_axes):
         raise NNXTransformError(
             "in_axes/out_axes", "nnx.scan: If one of in_axes or out_axes has Carry, the other "
             f"must also have Carry (got in_axes={in_axes!r}, out_axes={out_axes!r})",
@@ -102,6 +108,12 @@ def _check_axes(in_axes: tp.Any, out_axes: tp.Any) -> None:
                     "out_axes", f"nnx.scan: Cannot broadcast output state. Got StateAxes "
                     f"{a!r} with a None axis in out_axes",
                     "Outputs are stacked along an int axis (or are the Carry); use an int.")
+            if any(x is Carry for x in a.axes):
+                raise NNXTransformError(
+                    "out_axes", f"nnx.scan: Cannot carry output state. Got StateAxes "
+                    f"{a!r} with a Carry axis in out_axes",
+                    "Carry state by marking it in in_axes' StateAxes only; outputs are "
+                    "stacked along an int axis (or are the Carry).")
             continue
         if any(x is None for x in _spec_leaves(a)) or a is None:
             raise NNXTransformError(
@@ -409,7 +421,7 @@ def scan(
     @traceback_util.api_boundary
     @functools.wraps(f)
     def scan_wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
-        _, updates = resolve_modes(graph, graph_updates)
+        graph_mode, updates = resolve_modes(graph, graph_updates)
         if kwargs:
             args, kwargs = resolve_kwargs(f, args, kwargs), {}
         if in_axes is Carry and len(args) != 1:
@@ -424,7 +436,9 @@ def scan(
             if spec is not None:
                 roots[i] = arrays_for_scalars(a)
         flat = Flat(roots)
-        plan = _Plan(flat, in_axes, updates)
+        # tree mode (graph=False) and graph_updates=False carry broadcast Variables through
+        # the loop so that writes to them inside the body reach the caller, as in Flax
+        plan = _Plan(flat, in_axes, updates and graph_mode)
         kinds, axes, values = plan.kinds, plan.axes, flat.values
         carry_idx = [i for i, k in enumerate(kinds) if k == "carry"]
         scan_idx = [i for i, k in enumerate(kinds) if k == "scan"]
