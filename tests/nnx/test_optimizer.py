@@ -219,3 +219,20 @@ def test_update_with_partial_state_keeps_other_bare_arrays():
     nnx.update(model, nnx.State({"count": jnp.array(5)}))
     assert int(model.count) == 5
     assert model.w is w0  # not named by the state: kept, not replaced by a placeholder
+
+
+def test_update_does_not_walk_the_model_again(monkeypatch):
+    from flaxen.nnx import _graph_engine
+
+    model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    opt = nnx.Optimizer(model, optax.adam(0.1), wrt=nnx.Param)
+    opt.update(model, _grads(model))  # the model's walk is now cached
+    grads = _grads(model)  # a new State, as every training step makes
+    walks = []
+    real = _graph_engine.flatten
+    monkeypatch.setattr(_graph_engine, "flatten", lambda *a, **k: walks.append(1) or real(*a, **k))
+    bias = model.bias.value
+    opt.update(model, grads)
+    assert walks == [] and not np.allclose(model.bias.value, bias)
+    nnx.state(grads, nnx.Param)  # the probe does see a walk of a new State
+    assert walks
