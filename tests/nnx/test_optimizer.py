@@ -236,3 +236,22 @@ def test_update_does_not_walk_the_model_again(monkeypatch):
     assert walks == [] and not np.allclose(model.bias.value, bias)
     nnx.state(grads, nnx.Param)  # the probe does see a walk of a new State
     assert walks
+
+
+def test_train_state_subclass_fields_and_apply_checks():
+    from flaxen.errors import NNXArgumentError
+
+    class WithStats(nnx.TrainState[nnx.BatchNorm]):
+        batch_stats: nnx.State
+        note: str = "x"
+
+    graphdef, params, stats = nnx.split(nnx.BatchNorm(2, rngs=nnx.Rngs(0)), nnx.Param,
+                                        nnx.BatchStat)
+    ts = WithStats.create(graphdef, params=params, tx=optax.sgd(0.1), batch_stats=stats)
+    assert type(ts) is WithStats
+    y, _ = ts.apply("params", "batch_stats")(jnp.ones((1, 2)))
+    assert y.shape == (1, 2)
+    with pytest.raises(NNXArgumentError, match=r"WithStats\.note to be a State, got a str"):
+        ts.apply("params", "note")
+    grads = jax.tree_util.tree_map(jnp.ones_like, ts.params)
+    assert type(ts.apply_gradients(grads)) is WithStats

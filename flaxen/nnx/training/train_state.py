@@ -32,6 +32,7 @@ from flaxen.nnx.graphlib import GraphDef
 from flaxen.nnx.statelib import State
 
 M = tp.TypeVar("M")
+TS = tp.TypeVar("TS", bound="TrainState")
 
 
 class TrainState(tp.Generic[M], struct.PyTreeNode):
@@ -48,9 +49,9 @@ class TrainState(tp.Generic[M], struct.PyTreeNode):
     tx: optax.GradientTransformation = struct.field(pytree_node=False)
 
     @classmethod
-    def create(cls, graphdef: GraphDef, *, params: State,
+    def create(cls: type[TS], graphdef: GraphDef, *, params: State,
                tx: optax.GradientTransformation, step: int | jax.Array = 0,
-               **kwargs: tp.Any) -> TrainState:
+               **kwargs: tp.Any) -> TS:
         """A new state with ``opt_state=tx.init(params)``; ``kwargs`` fill a subclass's fields."""
         if not isinstance(graphdef, _graphdef.GraphDef):  # either face's GraphDef
             raise NNXArgumentError(
@@ -69,17 +70,25 @@ class TrainState(tp.Generic[M], struct.PyTreeNode):
         resolved = []
         for s in (state, *states):
             if isinstance(s, str):
+                name = s
                 try:
-                    s = getattr(self, s)
+                    s = getattr(self, name)
                 except AttributeError:
                     raise AttributeError(
                         f"TrainState.apply: {type(self).__name__} has no field {s!r}. Pass a "
                         "State, or the name of a field that holds one."
                     ) from None
+                if not isinstance(s, State):
+                    raise NNXArgumentError(
+                        "",
+                        f"TrainState.apply: expected {type(self).__name__}.{name} to be a "
+                        f"State, got a {type(s).__name__}",
+                        "Name only fields that hold States (params, batch_stats, ...), or "
+                        "pass the State itself.")
             resolved.append(s)
         return self.graphdef.apply(*resolved)
 
-    def apply_gradients(self, grads: State, **kwargs: tp.Any) -> TrainState:
+    def apply_gradients(self: TS, grads: State, **kwargs: tp.Any) -> TS:
         """The next state: ``params`` and ``opt_state`` updated by ``tx``, ``step + 1``;
         ``kwargs`` replace other fields (e.g. ``batch_stats=...``)."""
         g_def: tp.Any = jax.tree_util.tree_structure(grads)  # PyTreeDef (stub unresolved)
