@@ -141,6 +141,17 @@ def fold_in_static(key: PRNGKey, data: tuple) -> PRNGKey:
     return fold_in(key, hash_suffix(data))
 
 
+class _ChildRNGSentinel:
+    """Type of :data:`child_rng_token`."""
+
+    def __repr__(self) -> str:
+        return "child_rng_token"
+
+
+# Marks an RNG fold-in that belongs to a child scope rather than to a make_rng call.
+child_rng_token = _ChildRNGSentinel()
+
+
 class LazyRng:
     """A PRNG key with a not-yet-folded-in suffix of names.
 

@@ -70,3 +70,8 @@ __all__ = [
     "swap_collection", "switch", "transform", "tree_map_rngs", "union_filters",
     "value_and_grad", "vjp", "vmap", "while_loop", "_split_in_out_axes",
 ]
+
+# Names Flax's module imports for its own use; code written for Flax reaches for some of
+# them from here.
+from flaxen import traceback_util, traverse_util  # noqa: E402, F401
+from flaxen.core.frozen_dict import freeze, unfreeze  # noqa: E402, F401

@@ -35,3 +35,7 @@ def lazy_init(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 __all__ = ["lazy_init"]
+
+# Names Flax's module imports for its own use; code written for Flax reaches for some of
+# them from here.
+from flaxen import errors  # noqa: E402, F401

@@ -48,7 +48,13 @@ from flaxen.core._filters import (
     subtract_filters,
     union_filters,
 )
-from flaxen.core._rng import LazyRng, PRNGKey, fold_in_static, is_valid_rng
+from flaxen.core._rng import (  # noqa: F401 - child_rng_token: Flax's name, kept here
+    LazyRng,
+    PRNGKey,
+    child_rng_token,
+    fold_in_static,
+    is_valid_rng,
+)
 from flaxen.core._scope_shapes import (
     _ABSTRACT_KEY,  # noqa: F401 - the shape cache's names, kept importable from here
     _FN_KEYS,  # noqa: F401
@@ -79,17 +85,6 @@ MutableVariableDict = dict
 RNGSequences = dict
 _fold_in_static = fold_in_static
 _is_valid_rng = is_valid_rng
-
-
-class _ChildRNGSentinel:
-    """Type of :data:`child_rng_token`."""
-
-    def __repr__(self) -> str:
-        return "child_rng_token"
-
-
-# Marks an RNG fold-in that belongs to a child scope rather than to a make_rng call.
-child_rng_token = _ChildRNGSentinel()
 
 
 class _DefaultSentinel:
@@ -809,3 +804,7 @@ def lazy_init(
         return lazy_call(lambda *a, **k: init_fn(rngs, *a, **k)[1], args, kwargs)
 
     return wrapper
+
+# Flax's module imports these for its own use; code written for Flax reaches for them here.
+from flaxen import struct  # noqa: E402, F401
+from flaxen.ids import uuid  # noqa: E402, F401

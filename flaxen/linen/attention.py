@@ -346,3 +346,8 @@ class SelfAttention(MultiHeadDotProductAttention):
     ) -> Array:
         return super().__call__(inputs_q, mask=mask, deterministic=deterministic,
                                 dropout_rng=dropout_rng, sow_weights=sow_weights)
+
+# Names Flax's module imports for its own use; code written for Flax reaches for some of
+# them from here.
+from flaxen.linen.dtypes import promote_dtype  # noqa: E402, F401
+from flaxen.linen.normalization import LayerNorm  # noqa: E402, F401

@@ -82,3 +82,13 @@ __all__ = [
     "override_named_call",
     "share_scope",
 ]
+
+# Names Flax's module imports for its own use; code written for Flax reaches for some of
+# them from here.
+from flaxen import errors, serialization, traceback_util, traverse_util  # noqa: E402, F401
+from flaxen.configurations import config  # noqa: E402, F401
+from flaxen.core import DenyList, FrozenDict, Scope, meta, partial_eval  # noqa: E402, F401
+from flaxen.core._filters import union_filters  # noqa: E402, F401
+from flaxen.core.scope import FrozenVariableDict  # noqa: E402, F401
+from flaxen.ids import FlaxId, uuid  # noqa: E402, F401
+from flaxen.linen import kw_only_dataclasses  # noqa: E402, F401

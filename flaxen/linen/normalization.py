@@ -419,3 +419,7 @@ _compute_stats = compute_stats
 _normalize = normalize
 
 __all__ += ["SpectralNorm", "WeightNorm"]
+
+# Names Flax's module imports for its own use; code written for Flax reaches for some of
+# them from here.
+from flaxen.linen import dtypes, module, transforms  # noqa: E402, F401

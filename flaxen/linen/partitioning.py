@@ -342,3 +342,8 @@ def remat(target: Any, variables: CollectionFilter = True, rngs: PRNGSequenceFil
         _core_remat_static, target, variables=variables, rngs=rngs, concrete=concrete,
         prevent_cse=prevent_cse, static_argnums=tuple(i - 1 for i in static),
         policy=policy, methods=methods, class_prefix="Core_remat_static")
+
+# Names Flax's module imports for its own use; code written for Flax reaches for some of
+# them from here.
+from flaxen.core.frozen_dict import unfreeze  # noqa: E402, F401
+from flaxen.traverse_util import flatten_dict, unflatten_dict  # noqa: E402, F401

@@ -75,3 +75,11 @@ __all__ = [
     "SimpleCell",
     "flip_sequences",
 ]
+
+# Names Flax's module imports for its own use; code written for Flax reaches for some of
+# them from here.
+from flaxen.core import FrozenDict  # noqa: E402, F401
+from flaxen.linen import initializers, transforms  # noqa: E402, F401
+from flaxen.linen.dtypes import promote_dtype  # noqa: E402, F401
+from flaxen.linen.linear import Conv, Dense  # noqa: E402, F401
+from flaxen.linen.module import Module, compact, nowrap  # noqa: E402, F401

@@ -337,3 +337,10 @@ def tabulate(module: Any, rngs: Any, depth: int | None = None, show_repeated: bo
         return _table(table, flop_cols, console_kwargs, table_kwargs, column_kwargs)
 
     return summarize
+
+# Names Flax's module imports for its own use; code written for Flax reaches for some of
+# them from here.
+from flaxen.core import DenyList, meta, unfreeze  # noqa: E402, F401
+from flaxen.core._rng import LazyRng  # noqa: E402, F401
+from flaxen.core.scope import FrozenVariableDict  # noqa: E402, F401
+from flaxen.linen import module as module_lib  # noqa: E402, F401

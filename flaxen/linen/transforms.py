@@ -689,3 +689,12 @@ def switch(
     wrapper.__name__ = "switch"
     return lift_direct_transform(wrapper, tuple(branches), mdl, index, *operands,
                                  variables=variables, rngs=rngs)
+
+# Names Flax's module imports for its own use; code written for Flax reaches for some of
+# them from here.
+from flaxen import core, serialization, struct, traceback_util  # noqa: E402, F401
+from flaxen.core._rng import LazyRng  # noqa: E402, F401
+from flaxen.core.scope import Scope, Variable  # noqa: E402, F401
+from flaxen.ids import FlaxId  # noqa: E402, F401
+from flaxen.linen import module as linen_module  # noqa: E402, F401
+from flaxen.linen.module import Module, wrap_method_once  # noqa: E402, F401

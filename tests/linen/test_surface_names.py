@@ -197,3 +197,20 @@ def test_typing_aliases_at_flax_paths():
     assert nn.attention.Shape == tuple[int, ...]
     assert isinstance(partitioning.AxisMetadata(("a",)), partitioning.AxisMetadata)
     assert jax.tree_util.tree_leaves(partitioning.AxisMetadata(("a",))) == []
+
+
+def test_names_flax_modules_import_are_reachable_at_the_same_paths():
+    from flaxen import core, ids, traverse_util
+    from flaxen.core import lift as core_lift
+    from flaxen.core import scope as core_scope
+    from flaxen.linen import module as nn_module
+    from flaxen.linen import summary
+
+    assert nn_module.DenyList is core.DenyList and nn_module.FlaxId is ids.FlaxId
+    assert nn_module.union_filters(["a"], ["b"]) == {"a", "b"}
+    assert transforms.wrap_method_once is nn_module.wrap_method_once
+    assert transforms.linen_module is nn_module and summary.module_lib is nn_module
+    assert recurrent.Dense is nn.Dense and recurrent.nowrap is nn.nowrap
+    assert partitioning.flatten_dict is traverse_util.flatten_dict
+    assert core_lift.freeze is core.freeze and core_scope.uuid is ids.uuid
+    assert nn.attention.LayerNorm is nn.LayerNorm
