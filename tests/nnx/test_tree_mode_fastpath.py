@@ -272,6 +272,6 @@ def test_variable_treedefs_equal_by_metadata_not_order():
     assert ta == tb and hash(ta) == hash(tb)
     assert ta != tc
     assert jax.tree_util.tree_structure(nnx.BatchStat(jnp.ones(2), x=1, y="b")) != ta
-    unhashable = nnx.Param(jnp.ones(2), sharding_names=["a"])
+    unhashable = nnx.Param(jnp.ones(2), names=["a"])
     assert jax.tree_util.tree_structure(unhashable) == jax.tree_util.tree_structure(
-        nnx.Param(jnp.ones(2), sharding_names=["a"]))
+        nnx.Param(jnp.ones(2), names=["a"]))
