@@ -118,7 +118,8 @@ def test_pytreelib_reprs_and_context():
     assert repr(pytreelib.ArrayRepr.from_array(x)).startswith("Array(shape=(2, 3)")
     assert repr(pytreelib.MutableArrayRepr.from_array(x)).startswith("ArrayRef(shape=(2, 3)")
     text = repr(pytreelib.VariableRepr(nnx.Param, pytreelib.ArrayRepr((2,), "f"), {}))
-    assert text.startswith("Param(\n  value=Array(shape=(2,)")
+    # the size comment follows the class name, as in Flax's Variable repr
+    assert text.startswith("Param( # 2 (8 B)\n  value=Array(shape=(2,)")
     assert pytreelib.AttributeStatus(True, False) == (True, False)
     ctx = pytreelib.ObjectContext()
     assert ctx.seen_modules_repr is None and ctx.node_stats is None

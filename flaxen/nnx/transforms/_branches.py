@@ -9,7 +9,7 @@ under ``vmap``). Built on :func:`._mapped.mapped_call`.
 >>> x = nnx.Variable(jnp.array(3))
 >>> def double(x): x[...] = x * 2
 >>> def negate(x): x[...] = -x
->>> nnx.cond(x > 0, double, negate, x)
+>>> nnx.cond(x[...] > 0, double, negate, x)
 >>> int(x[...])
 6
 """
