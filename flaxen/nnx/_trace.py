@@ -17,11 +17,34 @@ try:  # one attribute read (~0.1us); the public API below costs ~1.4us per check
         # write would store a tracer that outlives the transform).
         return _trace_ctx.trace
 
+    try:
+        from jax._src.interpreters.ad import JVPTrace, LinearizeTrace
+        from jax._src.interpreters.batching import BatchTrace
+
+        _EAGER_TRACES: tuple = (JVPTrace, LinearizeTrace, BatchTrace)
+    except ImportError:  # pragma: no cover
+        _EAGER_TRACES = ()
+
+    def _staging(t: object) -> object:
+        while isinstance(t, _EAGER_TRACES):
+            t = t.parent_trace  # type: ignore[attr-defined]
+        return t
+
+    def eager_level_matches(stored: object) -> bool:
+        """True when the current trace differs from ``stored`` only by differentiation or
+        batching traces. Flax 0.8.3's NNX let objects captured by closure inside
+        ``jax.grad``/``jax.vmap`` be mutated; the objects of ``flaxen.experimental.nnx``
+        (``_nnx_lenient_trace``) keep that rule, today's raise as Flax 0.12.8 does."""
+        return _staging(_trace_ctx.trace) is _staging(stored)
+
 except ImportError:  # pragma: no cover - only on a JAX without the private module
     from jax.extend import core as _ext_core
 
     def current_trace() -> object:
         return _ext_core.get_opaque_trace_state(convention="flax")
+
+    def eager_level_matches(stored: object) -> bool:
+        return False
 
 
 # Bumped on every structural change of any graph node (attribute set or deleted, Variable

@@ -330,7 +330,7 @@ class Pytree(GraphNode, _reprlib.Representable, metaclass=PytreeMeta):
             f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __setattr__(self, name: str, value: tp.Any) -> None:
-        if self._nnx_trace is not _trace.current_trace():
+        if self._nnx_trace is not _trace.current_trace() and not self._lenient_trace_ok():
             self._raise_trace(f"set attribute {name!r} of")
         if type(self)._pytree__is_pytree:
             value = self._pytree__assign(name, value)

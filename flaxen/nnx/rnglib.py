@@ -189,7 +189,7 @@ class RngStream(_RandomMethods, Pytree):
             "transform as an argument instead.")
 
     def __call__(self) -> jax.Array:
-        if self._nnx_trace is not _current_trace():
+        if self._nnx_trace is not _current_trace() and not self._lenient_trace_ok():
             raise self._trace_error()
         count = self.count
         c = count.get_raw_value()

@@ -41,7 +41,7 @@ from flaxen.experimental.nnx.graph import (
     update,
 )
 from flaxen.experimental.nnx.graph import graphdef as graphdef
-from flaxen.nnx.module import Dict, List, Sequential
+from flaxen.experimental.nnx._legacy_module import Dict, List, Sequential
 from flaxen.experimental.nnx._legacy_module import LegacyModule as Module
 from flaxen.nnx.nn.attention import MultiHeadAttention
 from flaxen.nnx.nn.linear import Conv, Einsum, Embed, Linear, LinearGeneral

@@ -23,10 +23,11 @@ import jax
 
 from flaxen.errors import SetAttributesNotFoundError
 from flaxen.nnx import filterlib
+from flaxen.nnx import module as _today
 from flaxen.nnx._graph_ops import iter_graph, merge, split
 from flaxen.nnx.module import Module
 
-__all__ = ["LegacyModule"]
+__all__ = ["Dict", "LegacyModule", "List", "Sequential"]
 
 
 class LegacyModule(Module, pytree=False):
@@ -35,6 +36,7 @@ class LegacyModule(Module, pytree=False):
     ``split`` method."""
 
     _nnx_base_module = True  # capture wraps methods of subclasses only
+    _nnx_lenient_trace = True  # 0.8.3: mutable under jax.grad / jax.vmap of its own level
 
     def __init_subclass__(cls, experimental_pytree: bool = False, **kwargs: tp.Any) -> None:
         kwargs.setdefault("pytree", False)
@@ -91,3 +93,16 @@ def _module_flatten_with_keys(m: Module) -> tuple[tuple, tp.Any]:
 
 def _module_unflatten(gd: tp.Any, children: tp.Sequence[tp.Any]) -> Module:
     return merge(gd, children[0])
+
+
+# The 0.8.3 containers: today's, with 0.8.3's trace rule (see GraphNode._nnx_lenient_trace).
+class Dict(_today.Dict):
+    _nnx_lenient_trace = True
+
+
+class List(_today.List):
+    _nnx_lenient_trace = True
+
+
+class Sequential(_today.Sequential):
+    _nnx_lenient_trace = True

@@ -20,12 +20,14 @@ import jax
 import numpy as np
 
 from flaxen.errors import RngStreamNotFoundError, TraceContextError
-from flaxen.nnx import rnglib
+from flaxen.nnx import _trace, rnglib
 from flaxen.nnx.rnglib import RngCount, RngKey, SplitPattern, _to_key
 
 
 class RngStream(rnglib.RngStream):
     """One named stream: ``stream()`` gives a fresh key; ``stream.fork(n)`` n split keys."""
+
+    _nnx_lenient_trace = True  # 0.8.3: usable under jax.grad / jax.vmap of its own level
 
     def __init__(self, tag: str, key: tp.Any, count: tp.Any = 0) -> None:
         self.tag = tag
@@ -33,6 +35,17 @@ class RngStream(rnglib.RngStream):
         self.count = RngCount(
             np.uint32(count) if isinstance(count, int) else count,  # type: ignore[arg-type]
             tag=tag)
+
+    def __call__(self) -> jax.Array:
+        if self._nnx_trace is not _trace.current_trace() and self._lenient_trace_ok():
+            # 0.8.3 let a stream captured under jax.grad / jax.vmap of its own level draw
+            # keys; the count is written past today's Variable trace check
+            count = self.count
+            c = count.get_raw_value()
+            key = jax.random.fold_in(self.key.get_raw_value(), c)
+            object.__setattr__(count, "raw_value", c + 1)
+            return key
+        return super().__call__()
 
     def _trace_error(self) -> TraceContextError:
         return TraceContextError(
@@ -57,6 +70,8 @@ class Rngs(rnglib.Rngs):
     ``rngs.name()`` / ``rngs['name']()`` / ``rngs()`` (the ``default`` stream) return fresh
     keys; a stream that was not given falls back to ``default`` when there is one.
     """
+
+    _nnx_lenient_trace = True  # 0.8.3: usable under jax.grad / jax.vmap of its own level
 
     def _make_stream(self, tag: str, key: tp.Any) -> rnglib.RngStream:
         return RngStream(tag, key)
