@@ -115,7 +115,7 @@ def test_linen_wrapper_custom_collection_and_partitioning():
     typ = compatibility.variable_type("counters")
     assert typ.__name__ == "Counters" and compatibility.collection_name(typ) == "counters"
     assert isinstance(w.counters["n"], typ)
-    assert w.params["w"].sharding == ("in", "out")
+    assert w.params["w"].out_sharding == ("in", "out")
     assert nnx.get_partition_spec(nnx.state(w, nnx.Param)).params.w.value == \
         jax.sharding.PartitionSpec("in", "out")
     n0 = int(w.counters["n"].value)

@@ -178,10 +178,10 @@ def test_scan_partition_name_is_hidden_inside_and_restored():
 
     mlp = nnx.Scan(Block, state_axes={nnx.Param: 0}, length=3,
                    transform_metadata={nnx.PARTITION_NAME: "layers"})(rngs=nnx.Rngs(0))
-    assert mlp.scan_module.linear.kernel.sharding == ("layers", "din", "dout")
+    assert mlp.scan_module.linear.kernel.out_sharding == ("layers", "din", "dout")
     mlp(jnp.ones((1, 2)))
     assert seen[-1] == ("din", "dout")
-    assert mlp.scan_module.linear.kernel.sharding == ("layers", "din", "dout")
+    assert mlp.scan_module.linear.kernel.out_sharding == ("layers", "din", "dout")
 
 
 def test_scan_out_axes_prefix_tree():

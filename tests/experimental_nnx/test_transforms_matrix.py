@@ -299,7 +299,7 @@ def test_vmap_state_axes_and_transform_metadata():
                     transform_metadata={nnx.PARTITION_NAME: "layers"})
     stacked = make(nnx.Rngs(0))
     assert stacked.kernel.value.shape == (2, 4, 3)
-    assert stacked.kernel.sharding == ("in", "layers", "out")
+    assert stacked.kernel.out_sharding == ("in", "layers", "out")
     y = nnx.vmap(lambda m, x: m(x), in_axes=(None, 0), state_axes={nnx.Param: 1, ...: 0})(
         stacked, jnp.ones((4, 5, 2)))
     assert y.shape == (4, 5, 3)
@@ -314,7 +314,7 @@ def test_vmap_class_options():
                      in_features=2, out_features=2, rngs=nnx.Rngs(0),
                      kernel_init=nnx.with_partitioning(nnx.initializers.lecun_normal(),
                                                        (None, "m"))))
-    assert v.vmap_module.kernel.sharding == ("ens", None, "m")
+    assert v.vmap_module.kernel.out_sharding == ("ens", None, "m")
     y = v(jnp.ones((3, 4, 2)))
     assert y.shape == (3, 4, 2)
     assert v.in_features == 2  # attribute lookups reach the wrapped module
@@ -364,7 +364,7 @@ def test_scan_class_options():
                  transform_metadata={nnx.PARTITION_NAME: "layers"},
                  module_init_kwargs=dict(rngs=nnx.Rngs(0)))
     k = s.scan_module.lin.kernel.value
-    assert s.scan_module.lin.kernel.sharding == ("layers", "a", "b")
+    assert s.scan_module.lin.kernel.out_sharding == ("layers", "a", "b")
     x = jnp.ones((2, 3))
     y = s(x)
     ref = x
