@@ -28,7 +28,7 @@ import jax
 
 from flaxen.errors import SetAttributesNotFoundError, SowTypeError
 from flaxen.nnx import _trace, filterlib, reprlib
-from flaxen.nnx._capture import CAPTURES, capture, put, store_for
+from flaxen.nnx._sow_stores import CAPTURES, capture, put, store_for
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graph_ops import iter_graph
 from flaxen.nnx.pytreelib import Pytree, PytreeMeta, _is_tag, has_data, is_data
