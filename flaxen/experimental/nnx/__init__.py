@@ -25,7 +25,6 @@ from flaxen.nnx import errors, filterlib
 from flaxen.experimental.nnx import graph as graph
 from flaxen.nnx import rnglib as rnglib
 from flaxen.experimental.nnx import _spmd as spmd
-from flaxen.nnx import variablelib as variables
 from flaxen.experimental.nnx._vmap_scan import Jit, Remat, Scan, Vmap, scan, vmap
 from flaxen.nnx.errors import TraceContextError
 from flaxen.nnx.filterlib import All, Any, Everything, Not, Nothing, OfType, PathContains, WithTag
@@ -99,8 +98,47 @@ _LAZY = {
     "bridge": ("flaxen.experimental.nnx._bridge", None),  # flaxen's pre-today wrappers
 }
 
+# Names Flax 0.12.8's flax.experimental.nnx has (there it re-exports all of flax.nnx) that
+# Flax 0.8.3's did not: they are today's objects from flaxen.nnx, looked up on first use so
+# this face imports nothing more. A 0.8.3 name defined above always wins over these.
+_TODAY_NAMES = frozenset((
+    # classes and values
+    "A", "Bidirectional", "Carry", "ConvTranspose", "Data", "DiffState", "EMA", "FlatState",
+    "GRUCell", "GraphState", "Initializer", "InstanceNorm", "LSTMCell", "LoRA", "LoRALinear",
+    "LoRAParam", "M", "MergeContext", "ModelAndOptimizer", "NodeStates", "Object", "OptArray",
+    "OptVariable", "OptimizedLSTMCell", "PReLU", "Perturbation", "PureState", "Pytree", "RNN",
+    "RNNCellBase", "SimpleCell", "SpectralNorm", "SplitContext", "StateAxes", "StateSharding",
+    "Static", "WeightNorm",
+    # functions
+    "as_abstract", "as_pure", "cached_partial", "call", "capture", "check_pytree", "checkify",
+    "cond", "current_update_context", "custom_vjp", "data", "dataclass", "filter_state",
+    "find_duplicates", "flatten", "fori_loop", "fork_rngs", "from_flat_state", "from_tree",
+    "get_abstract_model", "has_data", "identity", "is_data", "iter_children", "iter_graph",
+    "iter_module_children", "iter_modules", "jit_partial", "jvp", "logical_axis_rules",
+    "make_jaxpr", "map", "map_state", "merge_context", "merge_state", "pmap", "prefix",
+    "recursive_map", "register_data_type", "register_variable_name", "replace_by_pure_dict",
+    "reseed", "restore_int_paths", "restore_rngs", "set_graph_mode", "set_graph_updates",
+    "set_metadata", "shard_map", "split_context", "split_rngs", "split_state", "static",
+    "switch", "tabulate", "to_flat_state", "to_pure_dict", "to_tree", "transform_metadata",
+    "unflatten", "unpack", "update_context", "use_eager_sharding", "using_eager_sharding",
+    "var_defaults", "variable_name_from_type", "variable_type_from_name", "variables", "view",
+    "view_info", "vjp", "while_loop", "with_attributes", "with_rngs", "with_vars",
+    # names Flax keeps as deprecated aliases
+    "abstract_with_sharding", "vars_as",
+    # submodules
+    "compat", "deprecations", "extract", "graphlib", "helpers", "optimizer", "proxy_caller",
+    "pytreelib", "reprlib", "statelib", "summary", "tracers", "traversals", "variablelib",
+    "wrappers",
+))
+
 
 def __getattr__(name: str):
+    if name in _TODAY_NAMES:
+        import flaxen.nnx as today
+
+        value = getattr(today, name)
+        globals()[name] = value
+        return value
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module 'flaxen.experimental.nnx' has no attribute {name!r}")
@@ -118,6 +156,10 @@ def __getattr__(name: str):
     value = module if attr is None else getattr(module, attr)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | _TODAY_NAMES)
 
 
 # reprs and pickles name 0.8.3 paths like flax.experimental.nnx.nnx.*
