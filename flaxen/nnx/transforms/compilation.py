@@ -39,11 +39,27 @@ from flaxen.nnx.transforms._common import (
     resolve_bound,
     resolve_modes,
 )
+from flaxen.nnx.transforms._stages import (
+    Compiled,
+    Lowered,
+    SimpleCompiled,
+    SimpleLowered,
+    SimplePartialCompiled,
+    SimplePartialLowered,
+    SimplePartialTraced,
+    SimpleTraced,
+    Stage,
+    Traced,
+)
 
-__all__ = ["JitWrapped", "StateSharding", "cached_partial", "jit", "jit_partial",
-           "shard_map"]
+__all__ = ["Compiled", "JitWrapped", "Lowered", "SimpleCompiled", "SimpleJitPartialWrapped",
+           "SimpleJitWrapped", "SimpleLowered", "SimplePartialCompiled", "SimplePartialLowered",
+           "SimplePartialTraced", "SimpleTraced", "Stage", "StateSharding", "Traced",
+           "cached_partial", "jit", "jit_partial", "shard_map"]
 
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
+P = tp.ParamSpec("P")
+R = tp.TypeVar("R")
 
 
 class StateSharding(PrefixMapping):
@@ -244,17 +260,33 @@ def _take_refs(res: tp.Any, values: list, leaves: list) -> tp.Any:
     return _RefOut(res, plan)
 
 
-class JitWrapped(_graph_jit.JitWrapped):
-    """The callable today's ``nnx.jit`` returns (see :func:`jit`)."""
+class _JitWrappedBase(_graph_jit.JitWrapped):
+    """The implementation every today's ``nnx.jit`` callable shares (see :func:`jit`)."""
 
-    def __init__(self, fun: tp.Callable, *, graph: bool | None, graph_updates: bool | None,
-                 partial_args: tuple = (), **kwargs: tp.Any) -> None:
+    _traced_type: tp.ClassVar[type] = Traced
+    _lowered_type: tp.ClassVar[type] = Lowered
+
+    def __init__(self, fun: tp.Callable, in_shardings: tp.Any = None,
+                 out_shardings: tp.Any = None,
+                 static_argnums: int | tp.Sequence[int] | None = None,
+                 static_argnames: str | tp.Iterable[str] | None = None,
+                 donate_argnums: int | tp.Sequence[int] | None = None,
+                 donate_argnames: str | tp.Iterable[str] | None = None,
+                 keep_unused: bool = False, device: tp.Any = None, backend: str | None = None,
+                 inline: bool = False, partial_args: tuple = (), graph: bool | None = None,
+                 update_shardings: bool = True, *, graph_updates: bool | None = None) -> None:
         self._modes = (graph, graph_updates)
-        self.partial_args = partial_args
+        self.partial_args = tuple(partial_args)
+        self.update_shardings = update_shardings
         self._checked: tp.Any = None
         self._shard_cache: tuple = (None, None)
-        in_shardings = kwargs["in_shardings"]
-        super().__init__(fun, **{**kwargs, "in_shardings": _graph_jit.UNSPECIFIED})
+        super().__init__(
+            fun, in_shardings=_graph_jit.UNSPECIFIED,
+            out_shardings=_graph_jit.UNSPECIFIED if out_shardings is None else out_shardings,
+            static_argnums=static_argnums, static_argnames=static_argnames,
+            donate_argnums=donate_argnums, donate_argnames=donate_argnames,
+            keep_unused=keep_unused, device=device, backend=backend, inline=inline,
+            abstracted_axes=None, donate_state=False, constrain_state=False)
         if isinstance(in_shardings, (tuple, list)) and self.static_argnums:
             expanded = list(in_shardings)
             for i in sorted(self.static_argnums):
@@ -275,7 +307,8 @@ class JitWrapped(_graph_jit.JitWrapped):
             per_value = None
         if self.graph_updates_mode:
             res = super()._inner(static, values, leaves, *donated)
-            if per_value is not None and any(s is not None for s in per_value):
+            if (per_value is not None and self.update_shardings
+                    and any(s is not None for s in per_value)):
                 self._constrain_updates(static, per_value, res)
             return _take_refs(res, values, leaves)
         leaves = list(leaves)
@@ -287,7 +320,7 @@ class JitWrapped(_graph_jit.JitWrapped):
         if self.out_shardings is not _graph_jit.UNSPECIFIED:
             out = _constrain_out(out, self.out_shardings)
         new = _functional.input_values(inner, values)
-        if per_value is not None:
+        if per_value is not None and self.update_shardings:
             new = [_constrain(x, s) for x, s in zip(new, per_value)]
         out_leaves, fo, out_values = _functional.split_output(inner, out, "jit")
         return _take_refs(_FnJitOut(fo, new, out_values, out_leaves), values, leaves)
@@ -361,10 +394,17 @@ class JitWrapped(_graph_jit.JitWrapped):
             res = self._default(lift.static, values, leaves)
         return self._finish(lift, res, values, leaves)
 
-    def lower(self, *args: tp.Any, **kwargs: tp.Any) -> Lowered:
+    def trace(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        """Traces for these arguments (no lowering yet); ``.lower()`` continues."""
         lift, values, leaves, _ = self._prepare(args, kwargs)
         jitted: tp.Any = self._default  # a jax.jit wrapper
-        return Lowered(jitted.lower(lift.static, values, leaves), self)
+        return self._traced_type(jitted.trace(lift.static, values, leaves), self)
+
+    def lower(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        """``self.trace(*args, **kwargs).lower()``: ``.compile()`` continues."""
+        lift, values, leaves, _ = self._prepare(args, kwargs)
+        jitted: tp.Any = self._default  # a jax.jit wrapper
+        return self._lowered_type(jitted.lower(lift.static, values, leaves), self)
 
     def eval_shape(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         lift, values, leaves, _ = self._prepare(args, kwargs)
@@ -376,53 +416,66 @@ class JitWrapped(_graph_jit.JitWrapped):
         return lift.finish(res.aux, res.values, res.out_leaves, update_inputs=False)
 
 
-class Lowered:
-    """``JitWrapped.lower(...)``: JAX's Lowered; ``compile()`` gives a :class:`Compiled`."""
+class JitWrapped(_JitWrappedBase, tp.Generic[P, R]):
+    """The callable ``nnx.jit`` returns in graph mode with graph updates (see :func:`jit`).
 
-    def __init__(self, lowered: tp.Any, wrapped: JitWrapped) -> None:
-        self.lowered = lowered
-        self.wrapped = wrapped
+    ``graph``/``graph_updates`` (keywords, ``None``: the current defaults at call time)
+    choose the mode; ``trace``/``lower`` give :class:`Traced`/:class:`Lowered` stages.
 
-    def compile(self, *args: tp.Any, **kwargs: tp.Any) -> Compiled:
-        return Compiled(self.lowered.compile(*args, **kwargs), self.wrapped)
-
-    def as_text(self, *args: tp.Any, **kwargs: tp.Any) -> str:
-        return self.lowered.as_text(*args, **kwargs)
-
-    def compiler_ir(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
-        return self.lowered.compiler_ir(*args, **kwargs)
-
-    def cost_analysis(self) -> tp.Any:
-        return self.lowered.cost_analysis()
+    >>> import jax.numpy as jnp
+    >>> f = JitWrapped(lambda x: x * 2, None, None)
+    >>> float(f(jnp.array(2.0))), type(f.lower(jnp.array(2.0))).__name__
+    (4.0, 'Lowered')
+    """
 
 
-class Compiled:
-    """A compiled ``nnx.jit`` function: call it like the original (state is written back)."""
+class _SimpleJitBase(_JitWrappedBase):
+    """The functional modes: ``graph_updates`` is ``False`` unless given."""
 
-    def __init__(self, compiled: tp.Any, wrapped: JitWrapped) -> None:
-        self.compiled = compiled
-        self.wrapped = wrapped
+    def __init__(self, fun: tp.Callable, in_shardings: tp.Any = None,
+                 out_shardings: tp.Any = None,
+                 static_argnums: int | tp.Sequence[int] | None = None,
+                 static_argnames: str | tp.Iterable[str] | None = None,
+                 donate_argnums: int | tp.Sequence[int] | None = None,
+                 donate_argnames: str | tp.Iterable[str] | None = None,
+                 keep_unused: bool = False, device: tp.Any = None, backend: str | None = None,
+                 inline: bool = False, partial_args: tuple = (), graph: bool | None = None,
+                 update_shardings: bool = True, *, graph_updates: bool | None = False) -> None:
+        super().__init__(fun, in_shardings, out_shardings, static_argnums, static_argnames,
+                         donate_argnums, donate_argnames, keep_unused, device, backend,
+                         inline, partial_args, graph, update_shardings,
+                         graph_updates=graph_updates)
 
-    def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
-        lift, values, leaves, _ = self.wrapped._prepare(args, kwargs)
-        return self.wrapped._finish(lift, self.compiled(values, leaves), values, leaves)
 
-    def as_text(self) -> str | None:
-        return self.compiled.as_text()
+class SimpleJitWrapped(_SimpleJitBase, tp.Generic[P, R]):
+    """The callable the functional ``nnx.jit`` returns (``graph_updates=False``, or
+    ``graph=False``): only the input Variables' new values are written back.
+    ``trace``/``lower`` give :class:`SimpleTraced`/:class:`SimpleLowered` stages.
 
-    def cost_analysis(self) -> tp.Any:
-        return self.compiled.cost_analysis()
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> f = nnx.jit(lambda x: x * 2, graph_updates=False)
+    >>> isinstance(f, SimpleJitWrapped), float(f(jnp.array(2.0)))
+    (True, 4.0)
+    """
 
-    def memory_analysis(self) -> tp.Any:
-        return self.compiled.memory_analysis()
+    _traced_type = SimpleTraced
+    _lowered_type = SimpleLowered
 
-    @property
-    def input_shardings(self) -> tp.Any:
-        return self.compiled.input_shardings
 
-    @property
-    def output_shardings(self) -> tp.Any:
-        return self.compiled.output_shardings
+class SimpleJitPartialWrapped(_SimpleJitBase, tp.Generic[P, R]):
+    """The callable ``nnx.jit_partial`` returns: ``partial_args`` are bound first.
+    ``trace``/``lower`` give :class:`SimplePartialTraced`/:class:`SimplePartialLowered`.
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> f = nnx.jit_partial(lambda a, b: a + b, jnp.array(1.0), graph_updates=False)
+    >>> isinstance(f, SimpleJitPartialWrapped), float(f(jnp.array(2.0)))
+    (True, 3.0)
+    """
+
+    _traced_type = SimplePartialTraced
+    _lowered_type = SimplePartialLowered
 
 
 def jit(
@@ -471,20 +524,20 @@ def jit(
     g, gu = resolve_modes(graph, graph_updates)
     check_prefix(in_shardings, "in_shardings", "jit", g, gu)
     check_prefix(out_shardings, "out_shardings", "jit", g, gu)
-    return _make(fun, (), kwargs)  # type: ignore[return-value]
+    return _make(fun, kwargs)  # type: ignore[return-value]
 
 
-def _make(fun: tp.Callable, partial_args: tuple, kwargs: dict) -> JitWrapped:
-    out_shardings = kwargs["out_shardings"]
-    return JitWrapped(
-        fun, graph=kwargs["graph"], graph_updates=kwargs["graph_updates"],
-        partial_args=partial_args, in_shardings=kwargs["in_shardings"],
-        out_shardings=_graph_jit.UNSPECIFIED if out_shardings is None else out_shardings,
-        static_argnums=kwargs["static_argnums"], static_argnames=kwargs["static_argnames"],
-        donate_argnums=kwargs["donate_argnums"], donate_argnames=kwargs["donate_argnames"],
-        keep_unused=kwargs["keep_unused"], device=kwargs["device"], backend=kwargs["backend"],
-        inline=kwargs["inline"], abstracted_axes=None, donate_state=False,
-        constrain_state=False)
+def _make(fun: tp.Callable, kwargs: dict) -> _JitWrappedBase:
+    # the class tells the modes apart as Flax's do (chosen by the modes in force now); the
+    # raw modes still travel along, so a `None` follows the defaults in force at call time
+    graph, graph_updates = kwargs["graph"], kwargs["graph_updates"]
+    g, gu = resolve_modes(graph, graph_updates)
+    cls: type[_JitWrappedBase] = JitWrapped if g and gu else SimpleJitWrapped
+    return cls(
+        fun, kwargs["in_shardings"], kwargs["out_shardings"], kwargs["static_argnums"],
+        kwargs["static_argnames"], kwargs["donate_argnums"], kwargs["donate_argnames"],
+        kwargs["keep_unused"], kwargs["device"], kwargs["backend"], kwargs["inline"],
+        (), graph, True, graph_updates=graph_updates)
 
 
 def jit_partial(
@@ -502,7 +555,7 @@ def jit_partial(
     inline: bool = False,
     graph: bool | None = None,
     graph_updates: bool | None = None,
-) -> JitWrapped:
+) -> SimpleJitPartialWrapped:
     """``nnx.jit(fun)`` with ``partial_args`` bound as its first arguments.
 
     Calls take the remaining arguments; Variable updates of the bound objects are written
@@ -523,13 +576,10 @@ def jit_partial(
     check_prefix(in_shardings, "in_shardings", "jit_partial", g, gu)
     if not g and partial_args:
         _functional.check_no_shared(_lift.Lift(partial_args, {}).static, "jit_partial")
-    kwargs = dict(
-        in_shardings=in_shardings, out_shardings=out_shardings, static_argnums=static_argnums,
-        static_argnames=static_argnames, donate_argnums=donate_argnums,
-        donate_argnames=donate_argnames, keep_unused=keep_unused, device=device,
-        backend=backend, inline=inline, graph=graph, graph_updates=graph_updates,
-    )
-    return _make(fun, tuple(partial_args), kwargs)
+    return SimpleJitPartialWrapped(
+        fun, in_shardings, out_shardings, static_argnums, static_argnames, donate_argnums,
+        donate_argnames, keep_unused, device, backend, inline, tuple(partial_args), graph,
+        True, graph_updates=graph_updates)
 
 
 def cached_partial(f: tp.Callable[..., tp.Any], *cached_args: tp.Any, graph: bool | None = None,
@@ -569,10 +619,8 @@ def cached_partial(f: tp.Callable[..., tp.Any], *cached_args: tp.Any, graph: boo
 
 
 # shard_map lives in its own file; Flax's module path names it here
-from flaxen.nnx.transforms._shard_map import shard_map  # noqa: E402
+from flaxen.nnx.transforms._mesh_mapped import shard_map  # noqa: E402
 
-# Flax 0.12.8's type variables and aliases of nnx.transforms.compilation
-P = tp.ParamSpec("P")
-R = tp.TypeVar("R")
+# Flax 0.12.8's aliases of nnx.transforms.compilation
 Specs = tp.Any
 AxisName = tp.Hashable

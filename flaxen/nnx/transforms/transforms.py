@@ -38,6 +38,9 @@ __all__ = ["PrefixMapping", "check_prefix", "checkify", "cond", "eval_shape", "m
            "resolve_bound", "resolve_modes", "switch"]
 
 
+_MISSING: tp.Any = object()
+
+
 # -- eval_shape -------------------------------------------------------------------------------
 
 @traceback_util.api_boundary
@@ -82,7 +85,7 @@ def eval_shape(f: tp.Callable[..., tp.Any], *args: tp.Any, graph: bool | None = 
 
 # -- checkify ---------------------------------------------------------------------------------
 
-def checkify(f: tp.Callable[..., tp.Any], errors: frozenset = _checkify.user_checks, *,
+def checkify(f: tp.Callable[..., tp.Any], errors: frozenset = _checkify.user_checks,
              graph: bool | None = None, graph_updates: bool | None = None
              ) -> tp.Callable[..., tuple[tp.Any, tp.Any]]:
     """Lifted ``jax.experimental.checkify.checkify``: returns ``(error, out)`` and writes
@@ -125,10 +128,13 @@ def checkify(f: tp.Callable[..., tp.Any], errors: frozenset = _checkify.user_che
 
 # -- make_jaxpr -------------------------------------------------------------------------------
 
-def make_jaxpr(f: tp.Callable[..., tp.Any], *, graph: bool | None = None,
-               graph_updates: bool | None = None, **jax_kwargs: tp.Any
-               ) -> tp.Callable[..., tp.Any]:
+def make_jaxpr(f: tp.Callable[..., tp.Any] = _MISSING, *, graph: bool | None = None,
+               graph_updates: bool | None = None, static_argnums: int | tp.Iterable[int] = (),
+               **jax_kwargs: tp.Any) -> tp.Callable[..., tp.Any]:
     """Lifted ``jax.make_jaxpr`` (functional modes only): the inputs are not updated.
+
+    ``static_argnums`` positions are passed to ``f`` as Python values (not traced); without
+    ``f``, a decorator.
 
     >>> import jax.numpy as jnp
     >>> from flaxen import nnx
@@ -136,8 +142,17 @@ def make_jaxpr(f: tp.Callable[..., tp.Any], *, graph: bool | None = None,
     >>> jaxpr = nnx.make_jaxpr(lambda m, x: m(x), graph_updates=False)(m, jnp.ones((1, 2)))
     >>> 'dot_general' in str(jaxpr)
     True
+    >>> @nnx.make_jaxpr(graph_updates=False, static_argnums=1)
+    ... def scale(x, k):
+    ...     return x * k
+    >>> 'mul' in str(scale(jnp.ones(2), 3))
+    True
     """
+    if f is _MISSING:
+        return functools.partial(make_jaxpr, graph=graph, graph_updates=graph_updates,
+                                 static_argnums=static_argnums, **jax_kwargs)
     resolve_bound(f, "make_jaxpr")
+    statics = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
     @functools.wraps(f)
     def wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
@@ -146,13 +161,29 @@ def make_jaxpr(f: tp.Callable[..., tp.Any], *, graph: bool | None = None,
             raise NNXTransformError(
                 "", "nnx.make_jaxpr does not support graph_updates=True.",
                 "Pass graph_updates=False (Variable updates are traced, not applied).")
+        fun = f
+        if statics:
+            n = len(args)
+            pos = sorted({i % n if -n <= i < n else i for i in statics})
+            if any(i >= n for i in pos):
+                raise NNXTransformError(
+                    "", f"nnx.make_jaxpr: static_argnums {statics} out of range for "
+                    f"{n} positional arguments", "Pass an index of a positional argument.")
+            static_vals = {i: args[i] for i in pos}
+            args = tuple(a for i, a in enumerate(args) if i not in static_vals)
+
+            def fun(*dyn: tp.Any, **kw: tp.Any) -> tp.Any:
+                it = iter(dyn)
+                full = [static_vals[i] if i in static_vals else next(it) for i in range(n)]
+                return f(*full, **kw)
+
         lift = _lift.Lift(args, kwargs)
         if not g:
             _functional.check_no_shared(lift.static, "make_jaxpr")
 
         def pure(values: list, leaves: list) -> tuple:
             new, out_values, out_leaves, _ = _functional.run(
-                lift.static, f, values, leaves, "make_jaxpr")
+                lift.static, fun, values, leaves, "make_jaxpr")
             return new, out_values, out_leaves
 
         return jax.make_jaxpr(pure, **jax_kwargs)(lift.values, lift.leaves)
@@ -177,11 +208,9 @@ Leaves = list[tp.Any]
 Index = int
 
 
-_UNSET: tp.Any = object()
 
-
-def resolve_kwargs(fun: tp.Callable[..., tp.Any] = _UNSET, args: tuple = _UNSET,
-                   kwargs: dict[str, tp.Any] = _UNSET) -> tp.Any:
+def resolve_kwargs(fun: tp.Callable[..., tp.Any] = _MISSING, args: tuple = _MISSING,
+                   kwargs: dict[str, tp.Any] = _MISSING) -> tp.Any:
     """``args`` with ``kwargs`` moved to their positions in ``fun``'s signature (defaults
     filled in); called with no argument, a decorator that makes a function take keywords this way.
 
@@ -194,7 +223,7 @@ def resolve_kwargs(fun: tp.Callable[..., tp.Any] = _UNSET, args: tuple = _UNSET,
     >>> resolve_kwargs()(f)(1, y=10)
     11
     """
-    if fun is _UNSET:
+    if fun is _MISSING:
         def decorator(f: F) -> F:
             @functools.wraps(f)
             def positional(*a: tp.Any, **k: tp.Any) -> tp.Any:
@@ -203,7 +232,7 @@ def resolve_kwargs(fun: tp.Callable[..., tp.Any] = _UNSET, args: tuple = _UNSET,
             return tp.cast(F, positional)
 
         return decorator
-    if args is _UNSET or kwargs is _UNSET:
+    if args is _MISSING or kwargs is _MISSING:
         raise ValueError("resolve_kwargs(fun, args, kwargs): args and kwargs must be provided "
                          "with fun (got only part of them); call resolve_kwargs() without "
                          "arguments for the decorator form.")
