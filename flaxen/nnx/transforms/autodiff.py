@@ -40,7 +40,7 @@ from flaxen.nnx.transforms._common import (
     resolve_bound,
     resolve_modes,
 )
-from flaxen.nnx.transforms._custom_vjp import custom_vjp
+from flaxen.nnx.transforms._custom_rules import custom_vjp
 from flaxen.nnx.variablelib import Param
 
 __all__ = ["DiffState", "custom_vjp", "grad", "jvp", "remat", "value_and_grad", "vjp"]
@@ -482,7 +482,7 @@ def _jvp_call(f: tp.Callable, primals: tuple, tangents: tuple, has_aux: bool,
 
 
 # remat lives in its own file; Flax's module path names it here
-from flaxen.nnx.transforms._remat import remat  # noqa: E402
+from flaxen.nnx.transforms._checkpointing import remat  # noqa: E402
 
 # Flax 0.12.8's type variables and aliases of nnx.transforms.autodiff
 A = tp.TypeVar("A")

@@ -207,8 +207,8 @@ def transform_metadata(
 
 
 # scan and the loops live in their own files; Flax's module path names them here
+from flaxen.nnx.transforms._axis_loop import Carry, scan  # noqa: E402
 from flaxen.nnx.transforms._loops import fori_loop, while_loop  # noqa: E402
-from flaxen.nnx.transforms._scan import Carry, scan  # noqa: E402
 
 __all__ += ["Carry", "fori_loop", "scan", "while_loop"]
 
