@@ -1,9 +1,9 @@
 """Process-wide defaults of the NNX transforms' ``graph=`` and ``graph_updates=`` arguments.
 
-``set_graph_mode(v)`` / ``set_graph_updates(v)`` push a default that transforms read when
-their argument is ``None``. Each works three ways: called alone it changes the default for
-the rest of the program, as a ``with`` block it changes it for the block, and as a decorator
-it changes it while the decorated function runs.
+``set_graph_mode(v)`` / ``set_graph_updates(v)`` set a default that transforms read when
+their argument is ``None``. Each is a :class:`flaxen.typing.BaseConfigContext` and works three
+ways: called alone it changes the default for the rest of the program, as a ``with`` block it
+changes it for the block, and as a decorator it changes it while the decorated function runs.
 
 >>> from flaxen import nnx
 >>> with nnx.set_graph_mode(False):
@@ -15,82 +15,64 @@ True
 
 from __future__ import annotations
 
-import functools
 import threading
-import typing as tp
 
 from flaxen.configurations import config
+from flaxen.typing import BaseConfigContext
 
 
 class _Stacks(threading.local):
     def __init__(self) -> None:
-        self.stacks: dict[str, list[bool]] = {}
+        self.graph_mode: list[bool] = []
+        self.graph_updates: list[bool] = []
 
 
 _STACKS = _Stacks()
 
 
-class _ModeSetting:
-    """A boolean default held on a per-thread stack (see the module docstring)."""
+def _config_default(key: str) -> bool:
+    try:  # the process-wide default: config flag nnx_<key>
+        return bool(config._read("nnx_" + key))
+    except LookupError:
+        return True
 
-    _key: tp.ClassVar[str]
-    _default: tp.ClassVar[bool] = True
 
-    def __init__(self, value: bool) -> None:
-        self.value = bool(value)
-        self._stack().append(self.value)
+class set_graph_mode(BaseConfigContext):  # noqa: N801 (Flax's public name)
+    """Default of ``graph=``: True treats Modules as graphs (shared references kept).
+
+    >>> from flaxen import nnx
+    >>> @nnx.set_graph_mode(False)
+    ... def inside():
+    ...     return nnx.set_graph_mode.current_value()
+    >>> inside(), nnx.set_graph_mode.get_default()
+    (False, True)
+    """
 
     @classmethod
-    def _stack(cls) -> list[bool]:
-        return _STACKS.stacks.setdefault(cls._key, [])
+    def get_default(cls) -> bool:
+        return _config_default("graph_mode")
 
     @classmethod
-    def current_value(cls) -> bool:
-        stack = cls._stack()
-        if stack:
-            return stack[-1]
-        try:  # the process-wide default: config flag nnx_<key>
-            return bool(config._read("nnx_" + cls._key))
-        except LookupError:
-            return cls._default
-
-    def __enter__(self) -> _ModeSetting:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        stack = self._stack()
-        if stack:
-            stack.pop()
-
-    def __call__(self, fn: tp.Callable[..., tp.Any]) -> tp.Callable[..., tp.Any]:
-        # used as a decorator: the push made by __init__ only applies while ``fn`` runs
-        stack = self._stack()
-        if stack:
-            stack.pop()
-        value = self.value
-
-        @functools.wraps(fn)
-        def with_setting(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
-            stack = self._stack()
-            stack.append(value)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                stack.pop()
-
-        return with_setting
+    def get_stack(cls) -> list[bool]:
+        return _STACKS.graph_mode
 
 
-class set_graph_mode(_ModeSetting):  # noqa: N801 (Flax's public name)
-    """Default of ``graph=``: True treats Modules as graphs (shared references kept)."""
+class set_graph_updates(BaseConfigContext):  # noqa: N801 (Flax's public name)
+    """Default of ``graph_updates=``: True propagates structural changes made inside.
 
-    _key = "graph_mode"
+    >>> from flaxen import nnx
+    >>> with nnx.set_graph_updates(False):
+    ...     nnx.set_graph_updates.get_stack()
+    [False]
+    """
 
+    @classmethod
+    def get_default(cls) -> bool:
+        return _config_default("graph_updates")
 
-class set_graph_updates(_ModeSetting):  # noqa: N801 (Flax's public name)
-    """Default of ``graph_updates=``: True propagates structural changes made inside."""
-
-    _key = "graph_updates"
+    @classmethod
+    def get_stack(cls) -> list[bool]:
+        return _STACKS.graph_updates
 
 
 def resolve_modes(graph: bool | None, graph_updates: bool | None) -> tuple[bool, bool]:

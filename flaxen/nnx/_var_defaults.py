@@ -22,17 +22,22 @@ import functools
 import threading
 import typing as tp
 
+from flaxen.typing import BaseConfigContext
+
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
 _KEYS = ("hijax", "ref")
 
 
-class _Context(threading.local):
-    def __init__(self) -> None:
-        self.stacks: dict[str, list[bool]] = {k: [] for k in _KEYS}
-        self.eager_sharding: list[bool] = []
+@dataclasses.dataclass
+class VariableContext(threading.local):
+    """Per-thread stacks of the Variable defaults (innermost last; empty: the default)."""
+
+    variable_hijax_stack: list[bool] = dataclasses.field(default_factory=list)
+    variable_ref_stack: list[bool] = dataclasses.field(default_factory=list)
+    eager_shard_stack: list[bool] = dataclasses.field(default_factory=list)
 
 
-_CTX = _Context()
+VARIABLE_CONTEXT = VariableContext()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,49 +59,73 @@ class VarDefaults(tp.Mapping[str, tp.Any]):
         return len(_KEYS)
 
 
+def _stack(key: str) -> list[bool]:
+    ctx = VARIABLE_CONTEXT
+    return ctx.variable_hijax_stack if key == "hijax" else ctx.variable_ref_stack
+
+
 def _current(key: str) -> bool:
-    stack = _CTX.stacks[key]
+    stack = _stack(key)
     return stack[-1] if stack else False
 
 
 class VarDefaultsContext:
-    """What ``var_defaults(...)`` returns: already applied; a context manager or decorator."""
+    """What ``var_defaults(...)`` returns: already applied; a context manager or decorator.
 
-    def __init__(self, new: dict[str, bool], prev: dict[str, bool | None]) -> None:
-        self._new = new
-        self._prev = prev
+    ``*_new`` is the value set (None: that default is untouched), ``*_prev`` the value it
+    replaced on top of the stack (None: the stack was empty).
+
+    >>> from flaxen import nnx
+    >>> ctx = nnx.var_defaults(ref=True)
+    >>> ctx.ref_new, ctx.ref_prev, ctx.hijax_new
+    (True, None, None)
+    >>> with ctx:
+    ...     nnx.var_defaults().ref
+    True
+    """
+
+    def __init__(self, *, hijax_prev: bool | None, hijax_new: bool | None,
+                 ref_prev: bool | None, ref_new: bool | None) -> None:
+        self.hijax_prev = hijax_prev
+        self.hijax_new = hijax_new
+        self.ref_prev = ref_prev
+        self.ref_new = ref_new
+
+    def _changes(self) -> list[tuple[list[bool], bool, bool | None]]:
+        return [(_stack(key), new, prev) for key, new, prev in (
+            ("hijax", self.hijax_new, self.hijax_prev), ("ref", self.ref_new, self.ref_prev))
+            if new is not None]
 
     def __enter__(self) -> VarDefaultsContext:
         # the change is already on top of the stack: remember the value under it so that
         # __exit__ can pop back to it
-        for key in self._new:
-            prev = self._prev[key]
+        for stack, _, prev in self._changes():
             if prev is not None:
-                _CTX.stacks[key].insert(-1, prev)
+                stack.insert(-1, prev)
         return self
 
     def __exit__(self, *exc: tp.Any) -> None:
-        for key in self._new:
-            _CTX.stacks[key].pop()
+        for stack, _, _ in self._changes():
+            stack.pop()
 
     def __call__(self, f: F) -> F:
         # used as a decorator: undo the eager change, apply it around each call instead
-        for key in self._new:
-            _CTX.stacks[key].pop()
-            prev = self._prev[key]
+        for stack, _, prev in self._changes():
+            stack.pop()
             if prev is not None:
-                _CTX.stacks[key].append(prev)
-        new = dict(self._new)
+                stack.append(prev)
+        new = [(key, value) for key, value in (("hijax", self.hijax_new),
+                                               ("ref", self.ref_new)) if value is not None]
 
         @functools.wraps(f)
         def wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
-            for key, value in new.items():
-                _CTX.stacks[key].append(value)
+            for key, value in new:
+                _stack(key).append(value)
             try:
                 return f(*args, **kwargs)
             finally:
-                for key in new:
-                    _CTX.stacks[key].pop()
+                for key, _ in new:
+                    _stack(key).pop()
 
         return wrapper  # type: ignore[return-value]
 
@@ -123,40 +152,41 @@ def var_defaults(*, hijax: bool | None = None, ref: bool | None = None
     """
     if hijax is None and ref is None:
         return VarDefaults(hijax=_current("hijax"), ref=_current("ref"))
-    new = {k: v for k, v in (("hijax", hijax), ("ref", ref)) if v is not None}
-    prev: dict[str, bool | None] = {}
-    for key, value in new.items():
-        stack = _CTX.stacks[key]
+    prev: dict[str, bool | None] = {"hijax": None, "ref": None}
+    for key, value in (("hijax", hijax), ("ref", ref)):
+        if value is None:
+            continue
+        stack = _stack(key)
         if stack:
             prev[key] = stack[-1]
             stack[-1] = value
         else:
-            prev[key] = None
             stack.append(value)
-    return VarDefaultsContext(new, prev)
+    return VarDefaultsContext(hijax_prev=prev["hijax"], hijax_new=hijax,
+                              ref_prev=prev["ref"], ref_new=ref)
 
 
-class use_eager_sharding:  # noqa: N801 - Flax's name
+class use_eager_sharding(BaseConfigContext):  # noqa: N801 - Flax's name
     """Sets whether new Variables with ``out_sharding`` metadata are sharded on creation.
 
-    Applies at once; as a context manager it restores the previous value on exit.
+    Applies at once; as a context manager it restores the previous value on exit, as a
+    decorator it applies only while the function runs.
 
     >>> from flaxen import nnx
     >>> with nnx.use_eager_sharding(False):
     ...     nnx.using_eager_sharding()
     False
+    >>> nnx.use_eager_sharding.get_default()
+    True
     """
 
-    def __init__(self, value: bool) -> None:
-        self._prev = using_eager_sharding()
-        _CTX.eager_sharding.append(bool(value))
+    @classmethod
+    def get_default(cls) -> bool:
+        return True
 
-    def __enter__(self) -> use_eager_sharding:
-        return self
-
-    def __exit__(self, *exc: tp.Any) -> None:
-        if _CTX.eager_sharding:
-            _CTX.eager_sharding.pop()
+    @classmethod
+    def get_stack(cls) -> list[bool]:
+        return VARIABLE_CONTEXT.eager_shard_stack
 
     def __repr__(self) -> str:
         return f"use_eager_sharding({using_eager_sharding()})"
@@ -164,4 +194,5 @@ class use_eager_sharding:  # noqa: N801 - Flax's name
 
 def using_eager_sharding() -> bool:
     """Whether new Variables are sharded eagerly (True unless changed)."""
-    return _CTX.eager_sharding[-1] if _CTX.eager_sharding else True
+    stack = VARIABLE_CONTEXT.eager_shard_stack
+    return stack[-1] if stack else True

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import typing as tp
 
-from flaxen.nnx.variablelib import BatchStat, Cache, Intermediate, Param, Variable
+from flaxen.nnx.variablelib import Variable, VariableTypeCache
 
 T = tp.TypeVar("T", bound=type)
 
-_NAME_TO_TYPE: dict[str, type] = {
-    "params": Param, "batch_stats": BatchStat, "cache": Cache, "intermediates": Intermediate,
-}
+# Flax's name for the registry is variablelib.VariableTypeCache: this is that dict
+_NAME_TO_TYPE: dict[str, type] = VariableTypeCache
 _TYPE_TO_NAME: dict[type, str] = {t: n for n, t in _NAME_TO_TYPE.items()}
 
 

@@ -27,6 +27,7 @@ the Flax 0.8.3 face's spelling, so it is taken silently) and the deprecated
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import typing as tp
 import warnings
 
@@ -36,8 +37,10 @@ from flaxen.errors import InvalidNNXValueError, TraceContextError
 from flaxen.nnx import _trace, _treescope
 from flaxen.nnx import reprlib as _reprlib
 from flaxen.nnx._var_defaults import (
+    VARIABLE_CONTEXT,
     VarDefaults,
     VarDefaultsContext,
+    VariableContext,
     use_eager_sharding,
     using_eager_sharding,
     var_defaults,
@@ -52,14 +55,32 @@ from flaxen.nnx._variable_state import (
 )
 
 __all__ = [
-    "EMPTY", "MISSING", "BatchStat", "Cache", "Empty", "Intermediate", "Param", "Perturbation",
-    "VarDefaults", "VarDefaultsContext", "Variable", "VariableMetadata", "VariableState",
-    "is_array_ref", "use_eager_sharding", "using_eager_sharding", "var_defaults",
-    "with_metadata", "_leaves_equal",
+    "EMPTY", "MISSING", "VARIABLE_CONTEXT", "BatchStat", "Cache", "Empty", "Intermediate",
+    "Param", "Perturbation", "VarDefaults", "VarDefaultsContext", "Variable", "VariableContext",
+    "VariableMetadata", "VariableState", "VariableTypeCache", "is_array_ref",
+    "use_eager_sharding", "using_eager_sharding", "var_defaults", "with_metadata",
+    "_leaves_equal",
 ]
 
 A = tp.TypeVar("A")
+B = tp.TypeVar("B")
+C = tp.TypeVar("C")
+F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
+P = tp.TypeVar("P", bound=property)
+V = tp.TypeVar("V", bound="Variable[tp.Any]")
+# the hook shapes of today's Flax (``on_get_value=`` ... on a Variable or VariableMetadata)
+GetValueHook = tp.Callable[["Variable[A]", A], A]
+SetValueHook = tp.Callable[["Variable[A]", A], A]
+CreateValueHook = tp.Callable[["Variable[A]", A], A]
+AxisName = str
+AxisIndex = int
+AddAxisHook = tp.Callable[[V, AxisIndex, tp.Optional[AxisName]], None]  # noqa: UP045
+RemoveAxisHook = tp.Callable[[V, AxisIndex, tp.Optional[AxisName]], None]  # noqa: UP045
+PyTreeDef = tp.Any
+Leaf = tp.Any
 
+# Flax 0.8.3's hook arguments (the 0.8.3 face spells them so): stored under these metadata
+# keys as tuples; axis hooks get ``(variable, axis_name, axis_index)``
 _HOOK_NAMES = (
     "set_value_hooks",
     "get_value_hooks",
@@ -67,6 +88,11 @@ _HOOK_NAMES = (
     "add_axis_hooks",
     "remove_axis_hooks",
 )
+# today's hook metadata (a callable or a tuple); axis hooks get ``(variable, index, name)``
+_ON_NAMES = ("on_set_value", "on_get_value", "on_create_value", "on_add_axis",
+             "on_remove_axis")
+_HOOKS_DEPRECATED = ("Variable hooks are deprecated. Create your own Variable type and "
+                     "overload `get_value` and `set_value` instead.")
 
 
 def _as_hooks(h: tp.Any) -> tuple:
@@ -96,33 +122,65 @@ EMPTY = Empty()
 jax.tree_util.register_pytree_node(Empty, lambda e: ((), None), lambda aux, c: EMPTY)
 
 
+@dataclasses.dataclass(init=False)
 class VariableMetadata(tp.Generic[A]):
-    """An initializer's result that carries metadata and hooks for the Variable built from it."""
+    """An initializer's result that carries metadata and hooks for the Variable built from it.
 
-    __slots__ = ("raw_value", "hooks", "metadata")
+    A Variable constructed from it takes ``raw_value`` as its value, ``metadata`` as its
+    metadata and each non-empty ``on_*`` hook tuple as the ``on_*`` metadata entry.
+    ``set_value_hooks=`` ... ``remove_axis_hooks=`` (Flax 0.8.3's keyword names, with its
+    ``(variable, axis_name, axis_index)`` axis hooks) are accepted as keywords and read back
+    as attributes of those names (tuples); the Variable runs them as 0.8.3 hooks.
+
+    >>> from flaxen import nnx
+    >>> vm = nnx.VariableMetadata(1.0, metadata={'tag': 'a'})
+    >>> p = nnx.Param(vm)
+    >>> p.get_metadata('tag'), vm == nnx.VariableMetadata(1.0, metadata={'tag': 'a'})
+    ('a', True)
+    """
+
+    raw_value: A
+    on_set_value: tuple[SetValueHook[A], ...] = ()
+    on_get_value: tuple[GetValueHook[A], ...] = ()
+    on_create_value: tuple[CreateValueHook[A], ...] = ()
+    on_add_axis: tuple[AddAxisHook[Variable[A]], ...] = ()
+    on_remove_axis: tuple[RemoveAxisHook[Variable[A]], ...] = ()
+    metadata: tp.Mapping[str, tp.Any] = dataclasses.field(default_factory=dict)
 
     def __init__(
         self,
         raw_value: A,
-        set_value_hooks: tp.Any = (),
-        get_value_hooks: tp.Any = (),
-        create_value_hooks: tp.Any = (),
-        add_axis_hooks: tp.Any = (),
-        remove_axis_hooks: tp.Any = (),
+        on_set_value: tp.Any = (),
+        on_get_value: tp.Any = (),
+        on_create_value: tp.Any = (),
+        on_add_axis: tp.Any = (),
+        on_remove_axis: tp.Any = (),
         metadata: tp.Mapping[str, tp.Any] | None = None,
+        **legacy_hooks: tp.Any,
     ) -> None:
         self.raw_value = raw_value
-        self.hooks = {
-            "set_value_hooks": _as_hooks(set_value_hooks),
-            "get_value_hooks": _as_hooks(get_value_hooks),
-            "create_value_hooks": _as_hooks(create_value_hooks),
-            "add_axis_hooks": _as_hooks(add_axis_hooks),
-            "remove_axis_hooks": _as_hooks(remove_axis_hooks),
-        }
+        self.on_set_value = on_set_value
+        self.on_get_value = on_get_value
+        self.on_create_value = on_create_value
+        self.on_add_axis = on_add_axis
+        self.on_remove_axis = on_remove_axis
         self.metadata = dict(metadata or {})
+        for name in legacy_hooks:
+            if name not in _HOOK_NAMES:
+                raise TypeError(
+                    f"VariableMetadata() got an unexpected keyword argument {name!r}; it takes "
+                    f"raw_value, {', '.join(_ON_NAMES)}, metadata (or Flax 0.8.3's "
+                    f"{', '.join(_HOOK_NAMES)}).")
+        self._legacy_hooks = {name: _as_hooks(h) for name, h in legacy_hooks.items() if h}
 
-    def __repr__(self) -> str:
-        return f"VariableMetadata(raw_value={self.raw_value!r}, metadata={self.metadata!r})"
+    # Flax 0.8.3's attribute names of the hooks given by its keyword names
+    set_value_hooks = property(lambda self: self._legacy_hooks.get("set_value_hooks", ()))
+    get_value_hooks = property(lambda self: self._legacy_hooks.get("get_value_hooks", ()))
+    create_value_hooks = property(
+        lambda self: self._legacy_hooks.get("create_value_hooks", ()))
+    add_axis_hooks = property(lambda self: self._legacy_hooks.get("add_axis_hooks", ()))
+    remove_axis_hooks = property(
+        lambda self: self._legacy_hooks.get("remove_axis_hooks", ()))
 
 
 class _Missing:
@@ -173,9 +231,9 @@ def _check_hooks_free(value: tp.Any) -> None:
 class VariableMeta(type):
     """Metaclass of Variables: slots by default, hijax construction, hijax isinstance."""
 
-    def __new__(mcls, name: str, bases: tuple, ns: dict, **kwargs: tp.Any) -> type:
-        ns.setdefault("__slots__", ())
-        return super().__new__(mcls, name, bases, ns, **kwargs)
+    def __new__(mcls, cls_name: str, bases: tuple, attrs: dict, **kwargs: tp.Any) -> type:
+        attrs.setdefault("__slots__", ())
+        return super().__new__(mcls, cls_name, bases, attrs, **kwargs)
 
     def __instancecheck__(cls, instance: tp.Any) -> bool:
         if type.__instancecheck__(cls, instance):
@@ -228,8 +286,13 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
     __treescope_repr__ = _treescope.variable_repr
     required_metadata = frozenset(_DEFAULT_REQUIRED)
 
+    # the today's-hook methods (on_get_value ...) a subclass defines: each becomes the
+    # metadata entry of that name on construction, as in Flax; found once per class
+    _class_hooks: tp.ClassVar[tuple[str, ...]] = ()
+
     def __init_subclass__(cls, **kwargs: tp.Any) -> None:
         super().__init_subclass__(**kwargs)
+        cls._class_hooks = tuple(name for name in _ON_NAMES if hasattr(cls, name))
         _register_variable_pytree(cls)
 
     def __init__(
@@ -254,17 +317,25 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
             eager_sharding = _pick(base, "eager_sharding", eager_sharding)
             base.update(metadata)
             metadata = base
-            for name, hooks in value.hooks.items():
-                if hooks:
+            for name in _ON_NAMES:
+                hooks = getattr(value, name)
+                if hooks and name not in metadata:
                     metadata[name] = hooks
+            for name, hooks in getattr(value, "_legacy_hooks", {}).items():
+                metadata[name] = _as_hooks(metadata.get(name, ())) + hooks
             value = value.raw_value
         for name, hooks in zip(
             _HOOK_NAMES,
             (set_value_hooks, get_value_hooks, create_value_hooks, add_axis_hooks,
              remove_axis_hooks),
         ):
-            if hooks:
-                metadata[name] = metadata.get(name, ()) + _as_hooks(hooks)
+            if hooks or name in metadata:
+                metadata[name] = _as_hooks(metadata.get(name, ())) + _as_hooks(hooks)
+        for name in self._class_hooks:
+            if name not in metadata:
+                metadata[name] = getattr(type(self), name)
+        if metadata and any(metadata.get(name) for name in _ON_NAMES):
+            warnings.warn(_HOOKS_DEPRECATED, stacklevel=3)
         if hijax is None:
             hijax = _default_mode("hijax")
         if ref is None:
@@ -280,9 +351,8 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
         setter(self, "_var_metadata", metadata)
         setter(self, "_trace_state", _trace.current_trace())
         setter(self, "raw_value", value)
-        if "create_value_hooks" in metadata:
-            for hook in metadata["create_value_hooks"]:
-                value = hook(self, value)
+        if "create_value_hooks" in metadata or "on_create_value" in metadata:
+            value = _run_hooks(self, value, metadata, "create_value_hooks", "on_create_value")
         value = self.create_value(value)  # type: ignore[arg-type]  # metadata unwrapped above
         if eager_sharding and metadata.get("out_sharding") is not None:
             # today's eager sharding: place (or constrain) the value as out_sharding asks
@@ -315,6 +385,11 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
     @property
     def ref(self) -> bool:
         return self._var_metadata.get("ref", False)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of the value (read out of its Ref for ``ref=True``)."""
+        return self.get_value().shape  # type: ignore[attr-defined]
 
     @property
     def sharding_names(self) -> tp.Any:
@@ -484,9 +559,8 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
         else:
             value = raw
         meta = self._var_metadata
-        if "get_value_hooks" in meta:
-            for hook in meta["get_value_hooks"]:
-                value = hook(self, value)
+        if "get_value_hooks" in meta or "on_get_value" in meta:
+            value = _run_hooks(self, value, meta, "get_value_hooks", "on_get_value")
         return value  # type: ignore[return-value]
 
     def set_value(self, value: A, *, index: tp.Any = MISSING) -> None:
@@ -500,9 +574,8 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
         if self._trace_state is not _trace.current_trace():
             self._check_trace("value")
         meta = self._var_metadata
-        if "set_value_hooks" in meta:
-            for hook in meta["set_value_hooks"]:
-                value = hook(self, value)
+        if "set_value_hooks" in meta or "on_set_value" in meta:
+            value = _run_hooks(self, value, meta, "set_value_hooks", "on_set_value")
         raw = self.raw_value
         if is_array_ref(raw):
             raw[... if index is MISSING else index] = value
@@ -560,16 +633,16 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
         return var
 
     @classmethod
-    def from_metadata(cls, value: tp.Any, metadata: tp.Mapping[str, tp.Any]) -> tp.Any:
-        """A Variable of this type holding ``value`` as stored, with ``metadata`` as is.
+    def from_metadata(cls, value: tp.Any, attributes: tp.Mapping[str, tp.Any]) -> tp.Any:
+        """A Variable of this type holding ``value`` as stored, with metadata ``attributes``.
 
         >>> from flaxen import nnx
         >>> p = nnx.Param.from_metadata(1.0, {'hijax': False, 'ref': False, 'tag': 'a'})
         >>> type(p).__name__, p.tag
         ('Param', 'a')
         """
-        var = cls._new(value, dict(metadata))
-        if metadata.get("hijax"):
+        var = cls._new(value, dict(attributes))
+        if attributes.get("hijax"):
             return _to_hijax(var)
         return var
 
@@ -613,16 +686,16 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
         object.__setattr__(self, "_var_metadata", dict(other._var_metadata))
         _trace.bump()
 
-    def update_from_state(self, state: tp.Any) -> None:
-        """Takes the value and metadata of ``state`` (a Variable or a 0.8.3 VariableState),
-        keeping this Variable's ``hijax`` and ``ref``."""
-        if isinstance(state, VariableState):
-            self.copy_from_state(state)
+    def update_from_state(self, variable_state: tp.Any) -> None:
+        """Takes the value and metadata of ``variable_state`` (a Variable or a 0.8.3
+        VariableState), keeping this Variable's ``hijax`` and ``ref``."""
+        if isinstance(variable_state, VariableState):
+            self.copy_from_state(variable_state)
             return
         self._check_trace("value")
-        object.__setattr__(self, "raw_value", state.raw_value)
-        if state._var_metadata != self._var_metadata:
-            meta = dict(state._var_metadata)
+        object.__setattr__(self, "raw_value", variable_state.raw_value)
+        if variable_state._var_metadata != self._var_metadata:
+            meta = dict(variable_state._var_metadata)
             meta["hijax"], meta["ref"] = self.hijax, self.ref
             object.__setattr__(self, "_var_metadata", meta)
         _trace.bump()
@@ -635,33 +708,51 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
         object.__setattr__(self, "_var_metadata", meta)
         _trace.bump()
 
-    def to_state(self) -> VariableState:
-        """The Flax 0.8.3 snapshot of this Variable (``flaxen.experimental.nnx``)."""
-        return _make_state(type(self), self.raw_value, self._var_metadata)
+    def to_state(self, value: tp.Any = MISSING, *, _copy_ref: bool = True,
+                 **updates: tp.Any) -> VariableState:
+        """The Flax 0.8.3 snapshot of this Variable (``flaxen.experimental.nnx``), its value
+        (read out of a Ref unless ``_copy_ref=False``) or ``value``, its metadata with
+        ``updates``. (Flax 0.12.8 returns a Variable copy here, like :meth:`copy`.)
+
+        >>> from flaxen import nnx
+        >>> vs = nnx.Param(1.0, tag='a').to_state(2.0, tag='b')
+        >>> vs.value, vs.tag, vs.type.__name__
+        (2.0, 'b', 'Param')
+        """
+        if value is MISSING:
+            value = updates.pop("value", self.raw_value)
+        if _copy_ref:
+            value = jax.tree_util.tree_map(_ref_read, value)
+        meta = self._var_metadata
+        if updates:
+            meta = dict(meta)
+            meta.update(updates)
+        return _make_state(type(self), value, meta)
 
     @classmethod
     def state(cls, value: tp.Any, **metadata: tp.Any) -> VariableState:
         return _make_state(cls, value, metadata)
 
     # -- axes (vmap/scan) ------------------------------------------------------------------
-    def add_axis(self, a: tp.Any, b: tp.Any) -> None:
-        """Tells the metadata a vmap/scan axis appears: ``add_axis(axis_index, axis_name)``
-        (the Flax 0.8.3 order ``(axis_name, axis_index)`` is recognised too)."""
-        index, name = _axis_args(a, b)
-        for hook in self._var_metadata.get("add_axis_hooks", ()):
-            hook(self, name, index)
-        hook = getattr(self, "on_add_axis", None)
-        if callable(hook):
-            hook(index, name)
+    def add_axis(self, axis_index: AxisIndex, axis_name: AxisName | None) -> None:
+        """Tells the metadata a vmap/scan axis appears at ``axis_index`` (the Flax 0.8.3 order
+        ``(axis_name, axis_index)`` is recognised too): runs the ``on_add_axis`` hooks."""
+        self._axis_hooks("add_axis_hooks", "on_add_axis", axis_index, axis_name)
 
-    def remove_axis(self, a: tp.Any, b: tp.Any) -> None:
-        """Tells the metadata a vmap/scan axis disappears (argument order as in add_axis)."""
+    def remove_axis(self, axis_index: AxisIndex, axis_name: AxisName | None) -> None:
+        """Tells the metadata a vmap/scan axis disappears (arguments as in add_axis)."""
+        self._axis_hooks("remove_axis_hooks", "on_remove_axis", axis_index, axis_name)
+
+    def _axis_hooks(self, legacy: str, key: str, a: tp.Any, b: tp.Any) -> None:
         index, name = _axis_args(a, b)
-        for hook in self._var_metadata.get("remove_axis_hooks", ()):
+        meta = self._var_metadata
+        for hook in meta.get(legacy, ()):
             hook(self, name, index)
-        hook = getattr(self, "on_remove_axis", None)
-        if callable(hook):
-            hook(index, name)
+        hooks = meta.get(key)
+        if hooks is None:
+            return
+        for hook in _as_hooks(hooks):
+            hook(self, index, name)
 
     def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
         yield from variable_repr_items(type(self).__name__, self.raw_value, self._var_metadata)
@@ -691,6 +782,17 @@ def _remap_sharding(metadata: dict) -> None:
 
 def _ref_read(x: tp.Any) -> tp.Any:
     return x[...] if is_array_ref(x) else x
+
+
+def _run_hooks(var: tp.Any, value: tp.Any, meta: dict, legacy: str, key: str) -> tp.Any:
+    """Passes ``value`` through the 0.8.3 ``legacy`` hooks, then today's ``key`` hooks."""
+    for hook in meta.get(legacy, ()):
+        value = hook(var, value)
+    hooks = meta.get(key)
+    if hooks is not None:
+        for hook in _as_hooks(hooks):
+            value = hook(var, value)
+    return value
 
 
 def _pick(meta: dict, key: str, given: tp.Any) -> tp.Any:
@@ -790,14 +892,16 @@ class Perturbation(Intermediate[A]):
 
 def with_metadata(
     initializer: tp.Callable[..., A],
-    set_value_hooks: tp.Any = (),
-    get_value_hooks: tp.Any = (),
-    create_value_hooks: tp.Any = (),
-    add_axis_hooks: tp.Any = (),
-    remove_axis_hooks: tp.Any = (),
+    on_set_value: tp.Any = (),
+    on_get_value: tp.Any = (),
+    on_create_value: tp.Any = (),
+    on_add_axis: tp.Any = (),
+    on_remove_axis: tp.Any = (),
     **metadata: tp.Any,
 ) -> tp.Callable[..., VariableMetadata[A]]:
-    """Wraps ``initializer`` so the Variable created from its result carries ``metadata``.
+    """Wraps ``initializer`` so the Variable created from its result carries ``metadata``
+    (and the ``on_*`` hooks; Flax 0.8.3's ``set_value_hooks=`` ... keywords are passed on to
+    :class:`VariableMetadata` as its 0.8.3 hooks).
 
     >>> import jax
     >>> from flaxen import nnx
@@ -807,18 +911,27 @@ def with_metadata(
     (None, 'model')
     """
 
+    legacy = {name: metadata.pop(name) for name in _HOOK_NAMES if name in metadata}
+
     def wrapped(*args: tp.Any, **kwargs: tp.Any) -> VariableMetadata[A]:
         return VariableMetadata(
             initializer(*args, **kwargs),
-            set_value_hooks=set_value_hooks,
-            get_value_hooks=get_value_hooks,
-            create_value_hooks=create_value_hooks,
-            add_axis_hooks=add_axis_hooks,
-            remove_axis_hooks=remove_axis_hooks,
+            on_set_value=on_set_value,
+            on_get_value=on_get_value,
+            on_create_value=on_create_value,
+            on_add_axis=on_add_axis,
+            on_remove_axis=on_remove_axis,
             metadata=metadata,
+            **legacy,
         )
 
     return wrapped
+
+
+# collection name -> Variable type, for the Linen bridge (nnx.register_variable_name adds)
+VariableTypeCache: dict[str, type[Variable[tp.Any]]] = {
+    "params": Param, "batch_stats": BatchStat, "cache": Cache, "intermediates": Intermediate,
+}
 
 
 _NAME_REGISTRY = frozenset({

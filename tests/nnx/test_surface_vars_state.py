@@ -1,0 +1,201 @@
+"""Flax 0.12.8's public surface of variablelib, statelib, rnglib, pytreelib and the modes.
+
+Each test calls the API the way code written for Flax 0.12.8 does (keyword names, class
+relations, hashing, dataclass-ness) and checks the behaviour behind it.
+"""
+
+import dataclasses
+import inspect
+import warnings
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from flaxen import nnx
+from flaxen.nnx import variablelib
+from flaxen.typing import BaseConfigContext
+
+# -- variablelib: names, contexts -------------------------------------------------------------
+
+
+def test_variablelib_type_names():
+    assert variablelib.AxisName is str and variablelib.AxisIndex is int
+    for name in ("B", "C", "F", "P", "V"):
+        assert isinstance(getattr(variablelib, name), tp_typevar())
+    assert variablelib.V.__bound__ is not None
+    for name in ("GetValueHook", "SetValueHook", "CreateValueHook", "AddAxisHook",
+                 "RemoveAxisHook"):
+        # typing forms usable in annotations and subscriptable like Flax's
+        getattr(variablelib, name)[int] if name.endswith("ValueHook") else None
+    assert variablelib.VariableTypeCache["params"] is nnx.Param
+
+
+def tp_typevar():
+    import typing
+
+    return typing.TypeVar
+
+
+def test_variable_type_cache_is_the_registry():
+    @nnx.register_variable_name("h5_surface_counts")
+    class H5Count(nnx.Variable):
+        pass
+
+    assert variablelib.VariableTypeCache["h5_surface_counts"] is H5Count
+
+
+def test_variable_context_holds_the_stacks():
+    ctx = variablelib.VARIABLE_CONTEXT
+    assert isinstance(ctx, variablelib.VariableContext)
+    assert [f.name for f in dataclasses.fields(ctx)] == [
+        "variable_hijax_stack", "variable_ref_stack", "eager_shard_stack"]
+    with nnx.var_defaults(ref=True):
+        assert ctx.variable_ref_stack[-1] is True
+    with nnx.use_eager_sharding(False):
+        assert ctx.eager_shard_stack[-1] is False
+
+
+def test_var_defaults_context_keywords():
+    ctx = variablelib.VarDefaultsContext(hijax_prev=None, hijax_new=None, ref_prev=None,
+                                         ref_new=None)
+    with ctx:
+        pass
+    made = nnx.var_defaults(hijax=True)
+    assert (made.hijax_new, made.hijax_prev, made.ref_new) == (True, None, None)
+    made.__exit__(None, None, None)
+    assert nnx.var_defaults().hijax is False
+    with pytest.raises(TypeError):
+        variablelib.VarDefaultsContext({}, {})  # keyword-only, as in Flax
+
+
+def test_use_eager_sharding_is_a_config_context():
+    assert issubclass(nnx.use_eager_sharding, BaseConfigContext)
+    assert nnx.use_eager_sharding.get_default() is True
+    stack = nnx.use_eager_sharding.get_stack()
+
+    @nnx.use_eager_sharding(False)
+    def inside():
+        return nnx.using_eager_sharding(), list(stack)
+
+    assert inside() == (False, [False]) and nnx.using_eager_sharding() is True
+
+
+def test_graph_mode_contexts_are_config_contexts():
+    for ctx in (nnx.set_graph_mode, nnx.set_graph_updates):
+        assert issubclass(ctx, BaseConfigContext)
+        assert ctx.get_default() is True and ctx.get_stack() == []
+        with ctx(False):
+            assert ctx.current_value() is False and ctx.get_stack() == [False]
+        assert ctx.current_value() is True
+
+
+def test_variable_meta_parameter_names():
+    params = list(inspect.signature(variablelib.VariableMeta.__new__).parameters)
+    assert params[1:4] == ["cls_name", "bases", "attrs"]
+    made = variablelib.VariableMeta("Made", (nnx.Variable,), {})
+    assert issubclass(made, nnx.Variable) and made.__slots__ == ()
+
+
+# -- VariableMetadata and with_metadata ---------------------------------------------------------
+
+
+def test_variable_metadata_is_a_dataclass_with_on_hooks():
+    fields = [f.name for f in dataclasses.fields(nnx.VariableMetadata)]
+    assert fields == ["raw_value", "on_set_value", "on_get_value", "on_create_value",
+                      "on_add_axis", "on_remove_axis", "metadata"]
+    vm = nnx.VariableMetadata(1.0, metadata={"a": 1})
+    assert vm == nnx.VariableMetadata(1.0, metadata={"a": 1}) and vm.on_get_value == ()
+    assert vm != nnx.VariableMetadata(2.0, metadata={"a": 1})
+    with pytest.raises(TypeError):
+        hash(vm)
+    vm.extra = "settable"  # no __slots__, as in Flax
+    assert dataclasses.replace(vm, raw_value=3.0).raw_value == 3.0
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        nnx.VariableMetadata(1.0, bogus_hooks=())
+
+
+def test_on_hooks_run_with_flax_arguments():
+    log = []
+    vm = nnx.VariableMetadata(
+        jnp.ones(2),
+        on_set_value=(lambda v, x: x * 2,),
+        on_get_value=(lambda v, x: x + 1,),
+        on_create_value=(lambda v, x: x * 10,),
+        on_add_axis=(lambda v, i, n: log.append(("add", i, n)),),
+        on_remove_axis=(lambda v, i, n: log.append(("rm", i, n)),),
+    )
+    with pytest.warns(UserWarning, match="hooks are deprecated"):
+        p = nnx.Param(vm)
+    assert p.get_raw_value().tolist() == [10.0, 10.0]
+    assert p[...].tolist() == [11.0, 11.0]
+    p[...] = jnp.zeros(2) + 3
+    assert p.get_raw_value().tolist() == [6.0, 6.0]
+    p.add_axis(0, "batch")
+    p.remove_axis(1, None)
+    assert log == [("add", 0, "batch"), ("rm", 1, None)]
+    assert p.get_metadata("on_get_value") == vm.on_get_value
+
+
+def test_class_defined_on_hooks_become_metadata():
+    class Doubled(nnx.Variable):
+        def on_get_value(self, value):
+            return value * 2
+
+    with pytest.warns(UserWarning, match="hooks are deprecated"):
+        v = Doubled(jnp.array(2.0))
+    assert float(v[...]) == 4.0 and v.get_metadata("on_get_value") is Doubled.on_get_value
+
+
+def test_with_metadata_takes_flax_hook_names():
+    params = list(inspect.signature(nnx.with_metadata).parameters)
+    assert params[:6] == ["initializer", "on_set_value", "on_get_value", "on_create_value",
+                          "on_add_axis", "on_remove_axis"]
+    init = nnx.with_metadata(jax.nn.initializers.ones, on_get_value=lambda v, x: -x, tag="t")
+    vm = init(jax.random.key(0), (2,))
+    assert callable(vm.on_get_value) and vm.metadata == {"tag": "t"}
+    with pytest.warns(UserWarning):
+        p = nnx.Param(vm)
+    assert p[...].tolist() == [-1.0, -1.0] and p.get_metadata("tag") == "t"
+
+
+def test_flax_0_8_3_hook_names_still_work():
+    init = nnx.with_metadata(jax.nn.initializers.zeros, set_value_hooks=lambda v, x: x + 5)
+    vm = init(jax.random.key(0), (1,))
+    assert vm.metadata == {} and len(vm.set_value_hooks) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the 0.8.3 spelling does not warn
+        p = nnx.Param(vm)
+    p[...] = jnp.zeros(1)
+    assert p[...].tolist() == [5.0]
+
+
+# -- Variable members -----------------------------------------------------------------------------
+
+
+def test_variable_member_parameter_names():
+    log = []
+    with pytest.warns(UserWarning, match="hooks are deprecated"):
+        p = nnx.Param(jnp.ones((2, 3)), on_add_axis=lambda v, i, n: log.append((i, n)))
+    p.add_axis(axis_index=1, axis_name="x")
+    p.remove_axis(axis_index=0, axis_name=None)
+    assert log == [(1, "x")]
+    assert p.shape == (2, 3) and "shape" in dir(type(p))
+    q = nnx.Param.from_metadata(jnp.zeros(1), attributes={"hijax": False, "ref": False})
+    assert type(q) is nnx.Param
+    q.update_from_state(variable_state=nnx.Param(jnp.ones(1), tag="u"))
+    assert q.get_metadata("tag") == "u" and q[...].tolist() == [1.0]
+
+
+def test_variable_shape_reads_through_a_ref():
+    v = nnx.Param(jnp.ones((4,)), ref=True)
+    assert v.shape == (4,)
+
+
+def test_to_state_takes_value_and_updates():
+    v = nnx.Param(jnp.ones(2), ref=True, tag="a")
+    vs = v.to_state(tag="b")
+    assert vs.tag == "b" and not variablelib.is_array_ref(vs.value)
+    assert v.get_metadata("tag") == "a"
+    assert variablelib.is_array_ref(v.to_state(_copy_ref=False).value)
+    assert v.to_state(value=jnp.zeros(1)).value.tolist() == [0.0]
