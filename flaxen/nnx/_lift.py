@@ -18,10 +18,32 @@ into them. :class:`Lift` does that in four steps, the same for every transform:
    inside, and reassembles the output.
 
 ``lift.pure(fun)`` packages 2+3 as a function of ``(values, leaves)`` for transforms that
-call it once (grad, vmap, scan, remat, eval_shape); ``nnx.jit`` calls :func:`enter` and
+call it once (grad, vmap, remat, eval_shape); ``nnx.jit`` calls :func:`enter` and
 :func:`exit` itself so the static halves ride in the pytree structure JAX caches on. A
 transform that needs per-leaf treatment (vmap's ``state_axes``, grad's ``wrt``) reads
 ``lift.paths`` / ``lift.leaf_objs``, and ``OutStatic.var_paths`` for leaves created inside.
+
+Loops (``scan``, ``while_loop``, ``fori_loop``) use the same four steps on
+``Lift(args, {}, roots=True)``: every positional argument is a root of the walk, so arrays
+inside plain pytrees are State leaves too and every leaf has a path starting at its
+argument's position (scan resolves ``in_axes`` per leaf from it). Each step runs
+:func:`enter` on the loop state; :func:`check_carry` refuses a step that changed the state's
+structure or put other objects in it; :meth:`Lift.write_back` updates the caller's objects
+once the loop is done.
+
+>>> import jax, jax.numpy as jnp
+>>> from flaxen import nnx
+>>> v = nnx.Variable(jnp.array(1.0))
+>>> lift = Lift(((v, jnp.array(3.0)),), {}, roots=True)
+>>> lift.paths
+[(0, 0), (0, 1)]
+>>> def step(values):
+...     (state,), _, inner = enter(lift.static, values, lift.leaves)
+...     state[0][...] *= state[1]
+...     return [state[0].raw_value, state[1]]
+>>> (new_v, _), = lift.write_back(lift.static.defs, step(lift.values))
+>>> new_v is v, float(v[...])
+(True, 3.0)
 """
 
 from __future__ import annotations
@@ -32,11 +54,12 @@ import typing as tp
 import jax
 import numpy as np
 
+from flaxen.errors import NNXTransformError
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graph_ops import GraphDef as ApiGraphDef
 from flaxen.nnx._graph_ops import _intern
-from flaxen.nnx._graphdef import GraphDef, var_def_paths
+from flaxen.nnx._graphdef import GraphDef, NodeDef, NodeRef, VariableDef, var_def_paths
 from flaxen.nnx.variablelib import Variable
 
 _flatten = jax.tree_util.tree_flatten
@@ -96,6 +119,16 @@ def split_args(args: tuple, kwargs: dict) -> tuple[list, tp.Any, tuple, tuple]:
     return out
 
 
+class _RootsDef:
+    """The definitions of a roots-mode walk (loops): compared and hashed by identity, as
+    nothing caches on them (scan keys its own cache on ``defs``)."""
+
+    __slots__ = ("defs",)
+
+    def __init__(self, defs: tuple) -> None:
+        self.defs = defs
+
+
 class InStatic:
     """The static half of the lifted arguments; hashed once, compared cheaply."""
 
@@ -129,7 +162,10 @@ class Lift:
     __slots__ = ("flat", "leaves", "treedef", "node_pos", "static", "out", "built")
 
     def __init__(self, args: tuple, kwargs: dict, extra: tp.Any = (),
-                 last: InStatic | None = None) -> None:
+                 last: InStatic | None = None, *, roots: bool = False) -> None:
+        if roots:
+            self._walk_roots(args, kwargs, extra)
+            return
         leaves, self.treedef, self.node_pos, nodes = split_args(args, kwargs)
         self.leaves = leaves
         self.flat = eng.flatten_cached(nodes, _intern) if nodes else None
@@ -142,9 +178,36 @@ class Lift:
         self.out: OutStatic | None = None
         self.built: dict[int, tp.Any] = {}  # index -> object, of the last slow write-back
 
+    def _walk_roots(self, args: tuple, kwargs: dict, extra: tp.Any) -> None:
+        """Roots mode (the loops): each positional argument is walked whole, plain arrays
+        included, with paths ``(argument position, ...)``."""
+        if kwargs:
+            raise TypeError(f"a loop's state is positional; got keywords {sorted(kwargs)}")
+        n = len(args)
+        self.treedef = jax.tree_util.tree_structure(((0,) * n, {}))
+        self.node_pos = tuple(range(n))
+        self.leaves = [None] * n
+        self.flat = eng.flatten(args, root_paths=[(i,) for i in range(n)])
+        self.static = InStatic(_RootsDef(self.flat.defs), self.treedef,  # type: ignore[arg-type]
+                               self.node_pos, extra)
+        self.out = None
+        self.built = {}
+
     @property
     def values(self) -> list:
         return self.flat.values() if self.flat is not None else []
+
+    @property
+    def refs(self) -> list:
+        """The shared objects (nodes and Variables) of the walk, in index order."""
+        return self.flat.refs if self.flat is not None else []
+
+    def write_back(self, defs: tuple, values: tp.Sequence[tp.Any]) -> list:
+        """Roots for ``defs`` (the inputs' definitions, or a loop step's, which start with
+        the inputs' shared objects in the same order) holding ``values``: the caller's
+        objects updated in place, objects created inside built new."""
+        roots, self.built = eng.unflatten(defs, values, dict(enumerate(self.refs)))
+        return roots
 
     @property
     def paths(self) -> list:
@@ -279,3 +342,60 @@ def exit(inner: Inner, out: tp.Any) -> tuple[list, list, OutStatic]:
     gd: GraphDef = inner.static.graphdef if fast else ApiGraphDef(defs)  # type: ignore[assignment]
     return values, out_leaves, OutStatic(gd, pairs, out_treedef, out_pos, n_in, n_in_leaves,
                                          paths, fast)
+
+
+# -- loops: the step must hand back the state it received ------------------------------------
+
+def _outline(defs: tp.Sequence[tp.Any]) -> list:
+    """What must stay fixed across loop steps: kinds, types and attribute names (not the
+    values, nor static attributes)."""
+    out: list = []
+
+    def walk(d: tp.Any) -> None:
+        t = type(d)
+        if t is VariableDef:
+            out.append(("v", d.type, d.index))
+        elif t is NodeRef:
+            out.append(("r", d.type, d.index))
+        elif t is NodeDef:
+            out.append(("n", d.type, d.index, tuple(k for k, _ in d.attributes)))
+            for _, sub in d.attributes:
+                walk(sub)
+        else:
+            out.append(("s",))
+
+    for d in defs:
+        walk(d)
+    return out
+
+
+def check_carry(lift: Lift, after_defs: tuple, after_refs: list, built: dict[int, tp.Any],
+                what: str, identity_msg: str, n_roots: int | None = None) -> None:
+    """Refuses a loop step whose resulting state (walked into ``after_defs`` /
+    ``after_refs``) differs from the state ``lift`` walked in structure, or holds other
+    objects than the step's copies (``built``, from :func:`enter`) of the inputs. Only the
+    first ``n_roots`` roots are compared (scan's outputs follow them)."""
+    before = lift.static.defs
+    n = len(before) if n_roots is None else n_roots
+    refs = lift.refs
+    for i, ref in enumerate(after_refs[: len(refs)]):
+        if built.get(i) is not ref:
+            raise NNXTransformError(
+                _ref_path(lift, i), f"{what}: {identity_msg}; the step returned a different "
+                f"object ({type(ref).__name__}) where its input had one",
+                "Update Variables in place (v[...] = ...) and return the objects the step "
+                "received instead of new ones.")
+    if _outline(after_defs[:n]) != _outline(before[:n]):
+        raise NNXTransformError(
+            "", f"{what}: the loop state changed its structure between iterations (an "
+            "attribute, a Variable or a container was added, removed or replaced)",
+            "Create all state before the loop and keep the same objects in it.")
+
+
+def _ref_path(lift: Lift, index: int) -> str:
+    refs = lift.refs
+    obj = refs[index] if index < len(refs) else None
+    for p, leaf in zip(lift.paths, lift.leaf_objs):
+        if leaf is obj:
+            return eng.path_str(p)
+    return ""

@@ -30,19 +30,13 @@ import numpy as np
 from flaxen import traceback_util
 from flaxen.errors import NNXArgumentError, NNXTransformError
 from flaxen.nnx import _graph_engine as eng
-from flaxen.nnx import filterlib, spmd
+from flaxen.nnx import _lift, filterlib, spmd
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graphdef import NodeRef, VariableDef
+from flaxen.nnx._lift import Lift, is_node
 from flaxen.nnx._modes import resolve_modes
 from flaxen.nnx.rnglib import RngCount, RngKey
-from flaxen.nnx.transforms._carry import (
-    Flat,
-    arrays_for_scalars,
-    check_same,
-    is_node,
-    resolve_kwargs,
-)
-from flaxen.nnx.transforms._common import resolve_bound
+from flaxen.nnx.transforms._common import arrays_for_scalars, resolve_bound, resolve_kwargs
 from flaxen.nnx.variablelib import Variable
 
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
@@ -195,9 +189,10 @@ def _from0(x: tp.Any, axis: int) -> tp.Any:
 class _Plan:
     """Per leaf of the walked arguments: 'carry', 'scan' (with its axis) or 'const'."""
 
-    def __init__(self, flat: Flat, in_axes: tp.Any, graph_updates: bool) -> None:
+    def __init__(self, lift: Lift, roots: tp.Sequence[tp.Any], in_axes: tp.Any,
+                 graph_updates: bool) -> None:
         entries = in_axes if isinstance(in_axes, (tuple, list)) else None
-        n_args = len(flat.roots)
+        n_args = len(roots)
         if entries is not None and len(entries) != n_args:
             raise NNXArgumentError(
                 "in_axes", f"nnx.scan: in_axes has {len(entries)} entries but the function "
@@ -205,7 +200,7 @@ class _Plan:
         self.kinds: list[str] = []
         self.axes: list[tp.Any] = []
         seen: dict[int, tp.Any] = {}
-        for path, leaf in zip(flat.paths, flat.leaves):
+        for path, leaf in zip(lift.paths, lift.leaf_objs):
             spec = entries[path[0]] if entries is not None else in_axes
             ax = _leaf_axis(spec, path[1:], leaf)
             if ax is Carry:
@@ -218,19 +213,19 @@ class _Plan:
             self.axes.append(ax)
             if isinstance(leaf, Variable):
                 seen[id(leaf)] = ax
-        self._follow_keys(flat)
+        self._follow_keys(lift)
         if entries is not None and len(seen) and n_args > 1:
-            _check_aliasing(flat, entries)
+            _check_aliasing(roots, entries)
 
-    def _follow_keys(self, flat: Flat) -> None:
+    def _follow_keys(self, lift: Lift) -> None:
         """A stream's counter goes with its key: a scanned key of a split stream (one key per
         step) scans the stream's same-shaped counter too, whatever the filter said."""
         key_axis = {p[:-1]: ax for p, leaf, ax, kind in
-                    zip(flat.paths, flat.leaves, self.axes, self.kinds)
+                    zip(lift.paths, lift.leaf_objs, self.axes, self.kinds)
                     if isinstance(leaf, RngKey) and kind == "scan"}
         if not key_axis:
             return
-        for j, (p, leaf) in enumerate(zip(flat.paths, flat.leaves)):
+        for j, (p, leaf) in enumerate(zip(lift.paths, lift.leaf_objs)):
             ax = key_axis.get(p[:-1])
             if (isinstance(leaf, RngCount) and ax is not None and self.kinds[j] != "scan"
                     and np.ndim(leaf.raw_value) > 0):
@@ -238,10 +233,10 @@ class _Plan:
                 self.axes[j] = ax
 
 
-def _check_aliasing(flat: Flat, entries: tp.Sequence[tp.Any]) -> None:
+def _check_aliasing(roots: tp.Sequence[tp.Any], entries: tp.Sequence[tp.Any]) -> None:
     """A Variable reached from two arguments must get the same axis from both."""
     first: dict[int, tuple[tp.Any, tuple]] = {}
-    for i, root in enumerate(flat.roots):
+    for i, root in enumerate(roots):
         if not any(is_node(x) for x in jax.tree_util.tree_leaves(root, is_leaf=is_node)):
             continue
         fg = eng.flatten([root], root_paths=[(i,)])
@@ -346,7 +341,7 @@ def scan(
     has_partition = spmd.PARTITION_NAME in transform_metadata
     cache: dict[tp.Any, tuple] = {}
 
-    def _make_runner(flat: Flat, kinds: list, axes: list, n: int, updates: bool,
+    def _make_runner(lift: Lift, kinds: list, axes: list, n: int, updates: bool,
                      carry_pos: int | None, kwargs: dict, jit: bool) -> tuple:
         """The pure ``(init, xs, consts) -> scan results`` for one argument structure, and
         the dict its trace fills with the static facts of the step's result."""
@@ -364,11 +359,12 @@ def scan(
                 vals[i] = v
             for i, v in zip(scan_idx, x):
                 vals[i] = v
-            inner, built = flat.rebuild(vals)
+            inner, _, entered = _lift.enter(lift.static, vals, lift.leaves)
+            built = entered.built
             if has_partition:  # each step sees its slice's layout
                 for i in scan_idx:
-                    if isinstance(flat.fg.leaves[i], Variable):
-                        var = _inner_var(flat, i, built)
+                    if isinstance(lift.leaf_objs[i], Variable):
+                        var = _inner_var(lift, i, built)
                         if var is not None:
                             spmd.remove_axis(var, axes[i], transform_metadata)
             out = f(*inner, **kwargs)
@@ -384,9 +380,9 @@ def scan(
                 if carry_pos is not None:
                     _check_refs(after[carry_pos], built, ident)
             else:
-                check_same(flat, fg.defs, fg.refs, built, "nnx.scan", ident,
-                           n_roots=len(after))
-                if any(type(d) is NodeRef and d.index < flat.n_refs
+                _lift.check_carry(lift, fg.defs, fg.refs, built, "nnx.scan", ident,
+                                  n_roots=len(after))
+                if any(type(d) is NodeRef and d.index < len(lift.refs)
                        for d in _ys_refs(fg.defs[-1])):
                     raise NNXTransformError(
                         "", "nnx.scan with graph_updates=False does not support Variable "
@@ -394,12 +390,12 @@ def scan(
                         "Variable or Module", "Return arrays (v[...]) instead, or use "
                         "graph_updates=True.")
             new = fg.values()
-            order = _leaf_order(flat, fg, built)
+            order = _leaf_order(lift, fg, built)
             pos_in = {j: k for k, (kind, j) in enumerate(order) if kind == "in"}
             missing = [j for j in range(n_leaves) if j not in pos_in]
             if missing:
                 raise NNXTransformError(
-                    eng.path_str(flat.paths[missing[0]]), "nnx.scan: the function removed "
+                    eng.path_str(lift.paths[missing[0]]), "nnx.scan: the function removed "
                     "this input leaf from its argument", "Keep the inputs' state in place.")
             extra_k = [k for k, (kind, _) in enumerate(order) if kind == "extra"]
             trace["defs"] = fg.defs
@@ -435,11 +431,11 @@ def scan(
             spec = entries[i] if entries is not None and i < len(entries) else in_axes
             if spec is not None:
                 roots[i] = arrays_for_scalars(a)
-        flat = Flat(roots)
+        lift = Lift(tuple(roots), {}, roots=True)
         # tree mode (graph=False) and graph_updates=False carry broadcast Variables through
         # the loop so that writes to them inside the body reach the caller, as in Flax
-        plan = _Plan(flat, in_axes, updates and graph_mode)
-        kinds, axes, values = plan.kinds, plan.axes, flat.values
+        plan = _Plan(lift, roots, in_axes, updates and graph_mode)
+        kinds, axes, values = plan.kinds, plan.axes, lift.values
         carry_idx = [i for i, k in enumerate(kinds) if k == "carry"]
         scan_idx = [i for i, k in enumerate(kinds) if k == "scan"]
         n = length
@@ -460,18 +456,18 @@ def scan(
                 if shape and -len(shape) <= axes[i] < len(shape) and shape[axes[i]] == n:
                     continue
                 raise NNXArgumentError(
-                    eng.path_str(flat.paths[i]), f"nnx.scan: this input has shape {shape}, "
+                    eng.path_str(lift.paths[i]), f"nnx.scan: this input has shape {shape}, "
                     f"it cannot be scanned along axis {axes[i]} for {n} steps",
                     "Scan inputs whose axis has the scan's length, or broadcast it (None).")
         xs = [_axis0(values[i], axes[i]) for i in scan_idx]
         carry_pos = next((i for i, a in enumerate(entries or ()) if a is Carry),
                          0 if in_axes is Carry else None)
         saved_meta = [dict(leaf._var_metadata) if isinstance(leaf, Variable) else None
-                      for leaf in flat.leaves]
+                      for leaf in lift.leaf_objs]
 
         const_idx = [i for i, k in enumerate(kinds) if k == "const"]
         consts = [values[i] for i in const_idx]
-        key = (flat.defs, tuple(kinds), tuple(axes), n, updates)
+        key = (lift.static.defs, tuple(kinds), tuple(axes), n, updates)
         cacheable = not kwargs and all(_is_array_like(v) for v in values)
         if cacheable:
             try:
@@ -480,7 +476,7 @@ def scan(
                 cacheable = False
         entry = cache.get(key) if cacheable else None
         if entry is None:
-            entry = _make_runner(flat, kinds, axes, n, updates, carry_pos, kwargs, cacheable)
+            entry = _make_runner(lift, kinds, axes, n, updates, carry_pos, kwargs, cacheable)
             if cacheable:
                 if len(cache) >= _CACHE_SIZE:
                     del cache[next(iter(cache))]
@@ -497,14 +493,14 @@ def scan(
         extra_final = iter([_from0(v, a) for v, a in zip(extra_out, extra_axes)])
         ordered = [final[j] if kind == "in" else next(extra_final)
                    for kind, j in trace["order"]]
-        built_roots = flat.write_back(trace["defs"], ordered)
-        for j, (leaf, meta) in enumerate(zip(flat.leaves, saved_meta)):
+        built_roots = lift.write_back(trace["defs"], ordered)
+        for j, (leaf, meta) in enumerate(zip(lift.leaf_objs, saved_meta)):
             if meta is not None and not (has_partition and kinds[j] == "scan"):
                 object.__setattr__(leaf, "_var_metadata", meta)
         if has_partition:
             _add_axes(built_roots, trace["order"], kinds, axes, extra_axes,
                       transform_metadata)
-        n_args = len(flat.roots)
+        n_args = len(roots)
         carry_res = built_roots[carry_pos] if carry_pos is not None else None
         if not updates and carry_res is not None:
             carry_res = _detached(carry_res)
@@ -531,32 +527,33 @@ def _detached(tree: tp.Any) -> tp.Any:
     return treedef.unflatten(leaves)
 
 
-def _leaf_order(flat: Flat, fg: tp.Any, built: dict) -> list[tuple[str, int]]:
+def _leaf_order(lift: Lift, fg: tp.Any, built: dict) -> list[tuple[str, int]]:
     """For each leaf of the walk after a step: ``("in", j)`` when it is input leaf ``j``
     (the same Variable copy, or an array at the same path), else ``("extra", k)``."""
-    by_path = {p: j for j, p in enumerate(flat.paths)}
+    by_path = {p: j for j, p in enumerate(lift.paths)}
+    leaf_objs, refs = lift.leaf_objs, lift.refs
     var_pos = {}
-    for i, ref in enumerate(flat.fg.refs):
+    for i, ref in enumerate(refs):
         if isinstance(ref, Variable) and i in built:
             var_pos[id(built[i])] = i
-    ref_leaf = {id(leaf): j for j, leaf in enumerate(flat.leaves) if isinstance(leaf, Variable)}
+    ref_leaf = {id(leaf): j for j, leaf in enumerate(leaf_objs) if isinstance(leaf, Variable)}
     order: list[tuple[str, int]] = []
     for k, (p, leaf) in enumerate(zip(fg.paths, fg.leaves)):
         if isinstance(leaf, Variable):
             pos = var_pos.get(id(leaf))
             if pos is not None:
-                order.append(("in", ref_leaf[id(flat.fg.refs[pos])]))
+                order.append(("in", ref_leaf[id(refs[pos])]))
                 continue
-        elif p in by_path and not isinstance(flat.leaves[by_path[p]], Variable):
+        elif p in by_path and not isinstance(leaf_objs[by_path[p]], Variable):
             order.append(("in", by_path[p]))
             continue
         order.append(("extra", k))
     return order
 
 
-def _inner_var(flat: Flat, leaf_pos: int, built: dict) -> tp.Any:
-    target = flat.leaves[leaf_pos]
-    for i, ref in enumerate(flat.fg.refs):
+def _inner_var(lift: Lift, leaf_pos: int, built: dict) -> tp.Any:
+    target = lift.leaf_objs[leaf_pos]
+    for i, ref in enumerate(lift.refs):
         if ref is target:
             return built.get(i)
     return None

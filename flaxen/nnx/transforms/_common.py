@@ -1,4 +1,5 @@
-"""The checks every today's NNX transform shares: bound methods, prefix arguments, modes.
+"""The checks and argument helpers every today's NNX transform shares: bound methods,
+prefix arguments, modes, keyword arguments placed by position, loop-state numbers.
 
 A transform's prefix arguments (``in_axes``, ``in_shardings``, ``argnums`` with
 ``DiffState``...) may hold :class:`PrefixMapping` objects only in graph mode with graph
@@ -17,13 +18,17 @@ import inspect
 import typing as tp
 
 import jax
+import jax.numpy as jnp
 
 from flaxen.errors import NNXTransformError
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._modes import resolve_modes
 from flaxen.nnx.variablelib import Variable
 
-__all__ = ["PrefixMapping", "check_prefix", "resolve_bound", "resolve_modes"]
+__all__ = ["PrefixMapping", "arrays_for_scalars", "check_prefix", "resolve_bound",
+           "resolve_kwargs", "resolve_modes"]
+
+_PY_SCALARS = (bool, int, float, complex)
 
 
 class PrefixMapping:
@@ -71,3 +76,35 @@ def check_prefix(prefix: tp.Any, prefix_name: str, fn_name: str, graph: bool,
                 f"`{prefix_name}` for nnx.{fn_name}. Graph nodes are not allowed as prefixes "
                 "when graph=True",
                 f"Remove it, or use tree mode: nnx.{fn_name}(..., graph=False).")
+
+
+def resolve_kwargs(f: tp.Callable, args: tuple, kwargs: dict) -> tuple:
+    """``args`` with the keyword arguments moved to their positions (defaults filled in), so
+    a transform's per-argument axes cover them; e.g. ``Module(rngs=...)`` of a transformed
+    ``__init__``. Keyword-only parameters cannot be placed: a TypeError says so."""
+    if not kwargs:
+        return args
+    target = f
+    if isinstance(target, functools.partial):  # a partial's signature is opaque
+        def target(*a: tp.Any, **k: tp.Any) -> None:  # noqa: ARG001
+            return None
+    bound = inspect.signature(target).bind(*args, **kwargs)
+    bound.apply_defaults()
+    if bound.kwargs:
+        raise TypeError(
+            f"keyword arguments could not be resolved to positions: {sorted(bound.kwargs)} "
+            "(keyword-only parameters, or a functools.partial). Pass them positionally.")
+    return tuple(bound.args)
+
+
+def arrays_for_scalars(tree: tp.Any) -> tp.Any:
+    """Python numbers in ``tree`` (outside graph nodes) as JAX arrays, so they can be loop
+    state (the graph walk would otherwise keep them as static constants)."""
+
+    def conv(x: tp.Any) -> tp.Any:
+        if type(x) in _PY_SCALARS:
+            return jnp.asarray(x)
+        return x
+
+    return jax.tree_util.tree_map(
+        conv, tree, is_leaf=lambda x: isinstance(x, (GraphNode, Variable)))

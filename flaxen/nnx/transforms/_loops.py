@@ -25,8 +25,9 @@ import jax
 
 from flaxen import traceback_util
 from flaxen.nnx import _graph_engine as eng
+from flaxen.nnx import _lift
 from flaxen.nnx._modes import resolve_modes
-from flaxen.nnx.transforms._carry import Flat, arrays_for_scalars, check_same
+from flaxen.nnx.transforms._common import arrays_for_scalars
 
 T = tp.TypeVar("T")
 
@@ -38,25 +39,26 @@ def _identity_msg(graph_updates: bool) -> str:
 
 
 class _Loop:
-    """The loop state as leaf values, and the pure step functions JAX traces."""
+    """The loop state lifted once (:class:`~flaxen.nnx._lift.Lift` in roots mode), and the
+    pure step functions JAX traces over its values."""
 
     def __init__(self, init_val: tp.Any, what: str, graph_updates: bool) -> None:
-        self.flat = Flat([arrays_for_scalars(init_val)])
+        self.lift = _lift.Lift((arrays_for_scalars(init_val),), {}, roots=True)
         self.what = what
         self.graph_updates = graph_updates
 
     def state(self, values: tp.Sequence[tp.Any]) -> tuple[tp.Any, dict]:
-        roots, built = self.flat.rebuild(values)
-        return roots[0], built
+        (val,), _, inner = _lift.enter(self.lift.static, values, self.lift.leaves)
+        return val, inner.built
 
     def values_of(self, out: tp.Any, built: dict) -> list:
         fg = eng.flatten([arrays_for_scalars(out)], root_paths=[(0,)])
-        check_same(self.flat, fg.defs, fg.refs, built, self.what,
-                   _identity_msg(self.graph_updates))
+        _lift.check_carry(self.lift, fg.defs, fg.refs, built, self.what,
+                          _identity_msg(self.graph_updates))
         return fg.values()
 
     def finish(self, values: tp.Sequence[tp.Any]) -> tp.Any:
-        return self.flat.write_back(self.flat.defs, values)[0]
+        return self.lift.write_back(self.lift.static.defs, values)[0]
 
 
 @traceback_util.api_boundary
@@ -96,7 +98,7 @@ def while_loop(
         val, built = loop.state(values)
         return loop.values_of(body_fun(val), built)
 
-    final = jax.lax.while_loop(cond, body, loop.flat.values)
+    final = jax.lax.while_loop(cond, body, loop.lift.values)
     return loop.finish(final)
 
 
@@ -133,5 +135,5 @@ def fori_loop(
         return loop.values_of(body_fun(i, val), built)
 
     kwargs = {} if unroll is None else {"unroll": unroll}
-    final = jax.lax.fori_loop(lower, upper, body, loop.flat.values, **kwargs)
+    final = jax.lax.fori_loop(lower, upper, body, loop.lift.values, **kwargs)
     return loop.finish(final)

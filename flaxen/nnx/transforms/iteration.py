@@ -24,8 +24,7 @@ from flaxen import traceback_util
 from flaxen.nnx import spmd
 from flaxen.nnx._modes import resolve_modes
 from flaxen.nnx.transforms._axes import NodePrefix, StateAxes, prefix
-from flaxen.nnx.transforms._carry import resolve_kwargs
-from flaxen.nnx.transforms._common import check_prefix, resolve_bound
+from flaxen.nnx.transforms._common import check_prefix, resolve_bound, resolve_kwargs
 from flaxen.nnx.transforms._mapped import mapped_call
 from flaxen.nnx.variablelib import Variable
 

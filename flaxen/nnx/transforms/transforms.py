@@ -239,4 +239,4 @@ def resolve_kwargs(fun: tp.Callable[..., tp.Any] = _MISSING, args: tuple = _MISS
     return _resolve(fun, args, kwargs)
 
 
-from flaxen.nnx.transforms._carry import resolve_kwargs as _resolve  # noqa: E402
+from flaxen.nnx.transforms._common import resolve_kwargs as _resolve  # noqa: E402
