@@ -126,6 +126,51 @@ def _mlp_case(quick: bool, today: bool = False, graph_updates: bool = True) -> R
                    rounds=5 if quick else 9)
 
 
+def _jit_modes_case(quick: bool) -> Result:
+    """Today's ``nnx.jit`` train step three ways in one run: graph mode, ``graph_updates=False``
+    and ``nnx.cached_partial`` (the functional mode and the cached copies must cost no more
+    than plain ``nnx.jit``). The baseline is plain ``nnx.jit``."""
+    from flaxen import nnx
+
+    din, dh, dout, batch = (16, 32, 4, 8) if quick else (64, 128, 10, 32)
+    x = jnp.ones((batch, din))
+    y = jnp.zeros((batch, dout))
+    tx = optax.adam(1e-3)
+
+    class MLP(nnx.Module):
+        def __init__(self, rngs):
+            self.l1 = nnx.Linear(din, dh, rngs=rngs)
+            self.l2 = nnx.Linear(dh, dout, rngs=rngs)
+
+        def __call__(self, x):
+            return self.l2(jax.nn.relu(self.l1(x)))
+
+    def make(graph_updates: bool):
+        def step(model, opt, x, y):
+            def loss_fn(model):
+                return jnp.mean((model(x) - y) ** 2)
+
+            loss, grads = nnx.value_and_grad(loss_fn, graph_updates=graph_updates)(model)
+            opt.update(model, grads)
+            return loss
+
+        return step
+
+    def bound(graph_updates: bool):
+        model = MLP(nnx.Rngs(0))
+        opt = nnx.Optimizer(model, tx, wrt=nnx.Param)
+        step = nnx.jit(make(graph_updates), graph_updates=graph_updates)
+        return lambda: step(model, opt, x, y)
+
+    impls = {"nnx.jit": bound(True), "graph_updates=False": bound(False)}
+    model = MLP(nnx.Rngs(0))
+    opt = nnx.Optimizer(model, tx, wrt=nnx.Param)
+    cached = nnx.cached_partial(nnx.jit(make(True)), model, opt)
+    impls["cached_partial"] = lambda: cached(x, y)
+    return compare(SUITE, f"train_step mlp {din}-{dh}-{dout} b{batch} (today: jit modes)",
+                   impls, rounds=5 if quick else 9, baseline="nnx.jit")
+
+
 def _deep(nnx, n: int, width: int):
     class Deep(nnx.Module):
         def __init__(self, rngs):
@@ -183,5 +228,6 @@ def _construct_case(quick: bool) -> Result:
 
 def run(quick: bool) -> list[Result]:
     return [_mlp_case(quick), _mlp_case(quick, today=True),
-            _mlp_case(quick, today=True, graph_updates=False), _split_merge_case(quick),
+            _mlp_case(quick, today=True, graph_updates=False), _jit_modes_case(quick),
+            _split_merge_case(quick),
             _construct_case(quick)]
