@@ -18,13 +18,15 @@ from flaxen.nnx.module import Module
 from flaxen.nnx.rnglib import Rngs
 
 
-def _parent() -> tuple[bridge_module.ModuleStackEntry, bridge_module.Module]:
+def _parent() -> tuple[bridge_module.ModuleStackEntry, bridge_module.Module,
+                       bridge_module.Scope]:
     ctx = bridge_module.current_context()
-    if ctx is None or ctx.module.scope is None:
+    scope = None if ctx is None else ctx.module.scope
+    if ctx is None or scope is None:
         raise ValueError(
             "nnx_in_bridge_mdl() / linen_in_bridge_mdl() are only used inside a bound "
             "bridge.Module (in setup or a @compact method during init/apply).")
-    return ctx, ctx.module
+    return ctx, ctx.module, scope
 
 
 def _attach(ctx: bridge_module.ModuleStackEntry, parent: bridge_module.Module, module: Module,
@@ -39,8 +41,8 @@ def _attach(ctx: bridge_module.ModuleStackEntry, parent: bridge_module.Module, m
 
 def nnx_in_bridge_mdl(factory: tp.Callable[[Rngs], Module], name: str | None = None) -> Module:
     """The NNX module ``factory(rngs)``, made a submodule of the running bridge module."""
-    ctx, parent = _parent()
-    rngs = parent.scope.rngs
+    ctx, parent, scope = _parent()
+    rngs = scope.rngs
     if not parent.is_initializing() and not list(wrappers._stream_names(rngs)):
         rngs = Rngs(0)  # apply without RNGs: the stored variables replace what this draws
     module = factory(rngs)
@@ -50,7 +52,7 @@ def nnx_in_bridge_mdl(factory: tp.Callable[[Rngs], Module], name: str | None = N
 
 def linen_in_bridge_mdl(linen_module: linen.Module, name: str | None = None) -> Module:
     """``ToNNX(linen_module)``, made a submodule of the running bridge module."""
-    ctx, parent = _parent()
-    module = wrappers.ToNNX(linen_module, parent.scope.rngs)
+    ctx, parent, scope = _parent()
+    module = wrappers.ToNNX(linen_module, scope.rngs)
     _attach(ctx, parent, module, name, type(linen_module))
     return module

@@ -47,10 +47,13 @@ from flaxen.nnx import module as nnx_module
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._variable_names import variable_name_from_type, variable_type_from_name
 from flaxen.nnx.bridge import variables as bv
+from flaxen.nnx.pytreelib import Pytree
 from flaxen.nnx.rnglib import Rngs, RngState
+from flaxen.nnx.statelib import State
 from flaxen.nnx.variablelib import Param, Variable, VariableMetadata
 
 A = tp.TypeVar("A")
+M = tp.TypeVar("M", bound="Module")
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
 
 
@@ -64,11 +67,19 @@ class ModuleStackEntry:
     type_counter: defaultdict = dataclasses.field(default_factory=lambda: defaultdict(int))
 
 
+@dataclasses.dataclass
 class ModuleContext(threading.local):
-    """Per thread: the stack of running bridge modules (``None`` at the bottom)."""
+    """Per thread: the stack of running bridge modules (``None`` at the bottom).
 
-    def __init__(self) -> None:
-        self.module_stack: list[ModuleStackEntry | None] = [None]
+    A dataclass over ``threading.local``: each thread that touches it runs ``__init__`` again,
+    so each gets its own fresh stack.
+    """
+
+    module_stack: list[ModuleStackEntry | None] = dataclasses.field(
+        default_factory=lambda: [None])
+
+    def __post_init__(self) -> None:
+        # whether each running apply() initializes (not a field: not part of equality)
         self.initializing: list[bool] = []
 
 
@@ -84,8 +95,7 @@ class AttrPriority(enum.IntEnum):
     LOW = 100
 
 
-class Scope(nnx_module.Module, **{"pytree": False} if hasattr(  # type: ignore[misc]
-        nnx_module.Module, "_pytree__is_pytree") else {}):
+class Scope(Pytree, pytree=False):
     """What a bound bridge module draws on: its ``rngs`` and the ``mutable`` collections."""
 
     def __init__(self, rngs: Rngs, mutable: tp.Any) -> None:
@@ -94,6 +104,27 @@ class Scope(nnx_module.Module, **{"pytree": False} if hasattr(  # type: ignore[m
 
     def copy(self) -> Scope:
         return Scope(self.rngs, self.mutable)
+
+
+class ModuleState(State):
+    """The Linen-style variables ``apply`` loads into a bridge module, as an ``nnx.State``
+    (``{attribute: {...: Variable}}``); parts for submodules not created yet wait until
+    ``setup`` or a ``@compact`` method attaches them."""
+
+
+class _HasSetup(tp.Protocol):
+    def setup(self) -> None: ...
+
+
+def has_setup(x: tp.Any) -> tp.TypeGuard[_HasSetup]:
+    """Whether ``x`` has a ``setup`` method (bridge modules with one run it when bound).
+
+    >>> class WithSetup:
+    ...     def setup(self): ...
+    >>> has_setup(WithSetup()), has_setup(object())
+    (True, False)
+    """
+    return hasattr(x, "setup")
 
 
 # state kept beside the modules (not graph attributes, so split/merge never see it)
@@ -181,16 +212,20 @@ def _bind(parent: Module, value: tp.Any, name: str) -> None:
             _load(value, pending)
     modules = [leaf for leaf in jax.tree_util.tree_leaves(
         value, is_leaf=lambda x: isinstance(x, GraphNode)) if isinstance(leaf, Module)]
+    scope = parent.scope
+    if scope is None:  # only bound parents bind what is assigned to them
+        return
     for m in modules:
         for _, sub in reversed(list(graphlib.iter_graph(m))):
             if isinstance(sub, Module) and sub.__dict__.get("scope") is None:
-                sub.scope = parent.scope.copy()  # type: ignore[misc]  # per-instance scope
+                sub.scope = scope.copy()
         for _, sub in reversed(list(graphlib.iter_graph(m))):
             _maybe_call_setup(sub)
 
 
-class _ModuleMeta(type):
-    """Linen-style construction: auto-names and attaches submodules made in ``@compact``."""
+class ModuleMeta(nnx_module.ModuleMeta):
+    """The bridge Module's metaclass: Linen-style construction, which auto-names and attaches
+    submodules made inside a ``@compact`` method (or given ``name=``) to the running module."""
 
     def __call__(cls, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         ctx = MODULE_CONTEXT.module_stack[-1]
@@ -231,22 +266,25 @@ def _field_names(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
 
 
-def _module_metaclass() -> type:
-    base = type(nnx_module.Module)
-    if base is type:
-        return _ModuleMeta
-    return type("ModuleMeta", (_ModuleMeta, base), {})
+class ModuleBase:
+    """The part of the bridge Module's interface typing tools see: its ``scope`` (a
+    :class:`Scope` while bound by ``init``/``apply``, else ``None``)."""
+
+    if tp.TYPE_CHECKING:
+        scope: Scope | None
 
 
 _NO_PYTREE: dict[str, bool] = (
     {"pytree": False} if hasattr(nnx_module.Module, "_pytree__is_pytree") else {})
 
 
-class Module(nnx_module.Module, metaclass=_module_metaclass(),  # type: ignore[misc, metaclass]
+class Module(nnx_module.Module, ModuleBase, metaclass=ModuleMeta,  # type: ignore[misc]
              **_NO_PYTREE):
     """A Linen-style NNX module (see the module docstring)."""
 
-    scope: tp.ClassVar[tp.Any] = None
+    if not tp.TYPE_CHECKING:
+        # the unbound default; not a dataclass field (ModuleBase declares its type)
+        scope = None
 
     def __init_subclass__(cls, **kwargs: tp.Any) -> None:
         super().__init_subclass__(**{**_NO_PYTREE, **kwargs})
@@ -372,20 +410,20 @@ class Module(nnx_module.Module, metaclass=_module_metaclass(),  # type: ignore[m
               _initialize: bool = False, **kwargs: tp.Any) -> tp.Any:
         """Calls ``method`` on a copy bound to ``variables`` (see the module docstring)."""
         module = graphlib.clone(self)
-        state: dict = {}
+        merged: dict = {}
         for col, tree in variables.items():
             converted = jax.tree_util.tree_map(
                 lambda leaf, col=col: bv.to_nnx_var(col, leaf), dict(tree),
                 is_leaf=lambda x: isinstance(x, meta.AxisMetadata))
-            state = _merge(state, converted)
-        _load(module, state)
+            merged = _merge(merged, converted)
+        _load(module, ModuleState(merged))
         rngs = _as_rngs(rngs)
         fn = _resolve_method(module, method)
         MODULE_CONTEXT.initializing.append(_initialize)
         try:
             for _, node in graphlib.iter_graph(module):
                 if isinstance(node, Module):
-                    node.scope = Scope(rngs, mutable)  # type: ignore[misc]  # per-instance
+                    node.scope = Scope(rngs, mutable)
             for _, node in reversed(list(graphlib.iter_graph(module))):
                 _maybe_call_setup(node)
             MODULE_CONTEXT.module_stack.append(ModuleStackEntry(module, in_compact=False))
@@ -397,7 +435,7 @@ class Module(nnx_module.Module, metaclass=_module_metaclass(),  # type: ignore[m
             MODULE_CONTEXT.initializing.pop()
             for _, node in list(graphlib.iter_graph(module)):
                 if isinstance(node, Module) and node.__dict__.get("scope") is not None:
-                    node.scope = None  # type: ignore[misc]  # per-instance scope
+                    node.scope = None
         if mutable is False:
             return out
         return out, module._get_variables()
@@ -493,5 +531,6 @@ def compact(f: F) -> F:
     return compact_wrapper  # type: ignore[return-value]
 
 
-__all__ = ["MODULE_CONTEXT", "AttrPriority", "Module", "ModuleContext", "ModuleStackEntry",
-           "Scope", "compact", "current_context", "current_module"]
+__all__ = ["MODULE_CONTEXT", "AttrPriority", "Module", "ModuleBase", "ModuleContext", "ModuleMeta",
+           "ModuleStackEntry", "ModuleState", "Scope", "compact", "current_context",
+           "current_module", "has_setup"]

@@ -30,6 +30,7 @@ from flaxen.nnx._variable_names import variable_name_from_type, variable_type_fr
 from flaxen.nnx.variablelib import Variable
 
 A = tp.TypeVar("A")
+B = tp.TypeVar("B")
 
 # metadata every Variable may carry for its own machinery (not a reason to box)
 _PLAIN_KEYS = frozenset({"hijax", "ref", "eager_sharding"})
@@ -71,14 +72,50 @@ class NNXMeta(struct.PyTreeNode, meta.AxisMetadata[A]):
         return self.var_type(self.value, **self.metadata)
 
 
+def sort_variable_types(types: tp.Iterable[type]) -> list[type]:
+    """``types`` with the most derived Variable types first (a stable sort on the number of
+    Variable classes in each type's MRO), so a subclass is matched before its base.
+
+    >>> from flaxen import nnx
+    >>> class Special(nnx.Param): ...
+    >>> [t.__name__ for t in sort_variable_types([nnx.Variable, nnx.Param, Special])]
+    ['Special', 'Param', 'Variable']
+    """
+    types = list(types)
+
+    def depth(t: type) -> int:
+        return sum(1 for base in t.__mro__
+                   if isinstance(base, type) and issubclass(base, Variable))
+
+    return sorted(types, key=lambda t: -depth(t))
+
+
+def get_col_name(keypath: tp.Sequence[tp.Any]) -> str:
+    """The Linen collection a leaf of a Linen variables dict belongs to, from its JAX key path
+    (the first key names the collection).
+
+    >>> import jax, jax.numpy as jnp
+    >>> [(path, _)] = jax.tree_util.tree_flatten_with_path({'params': {'w': jnp.ones(1)}})[0]
+    >>> get_col_name(path)
+    'params'
+    """
+    if not keypath or not isinstance(keypath[0], jax.tree_util.DictKey):
+        raise ValueError(
+            f"get_col_name expects the key path of a leaf of a Linen variables dict "
+            f"({{collection: {{...}}}}), whose first key is a jax.tree_util.DictKey; got "
+            f"{tuple(keypath)!r}. Flatten the variables dict with "
+            "jax.tree_util.tree_flatten_with_path to get such paths.")
+    return str(keypath[0].key)
+
+
 def _own_metadata(v: Variable) -> dict:
     return {k: val for k, val in v.get_metadata().items()
             if k not in _PLAIN_KEYS and not (k.endswith("_hooks") and not val)}
 
 
-def is_vanilla_variable(v: Variable) -> bool:
-    """True when ``v`` has no metadata of its own (only the built-in keys, empty hooks)."""
-    return not _own_metadata(v)
+def is_vanilla_variable(vs: Variable) -> bool:
+    """True when ``vs`` has no metadata of its own (only the built-in keys, empty hooks)."""
+    return not _own_metadata(vs)
 
 
 def _box_fields(box_type: type) -> set[str]:
@@ -87,8 +124,9 @@ def _box_fields(box_type: type) -> set[str]:
     return set()
 
 
-def to_linen_var(v: Variable) -> tp.Any:
-    """The Linen leaf for Variable ``v`` (see the module docstring)."""
+def to_linen_var(vs: Variable) -> tp.Any:
+    """The Linen leaf for Variable ``vs`` (see the module docstring)."""
+    v = vs
     metadata = v.get_metadata()
     value = _var_value(v)
     box_type = metadata.get("linen_meta_type")

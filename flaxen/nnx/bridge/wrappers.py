@@ -191,6 +191,16 @@ class ToNNX(Module, **NO_PYTREE):
             rngs = fork() if callable(fork) else rngs
         self.to_nnx__rngs = rngs
 
+    @property
+    def module(self) -> linen.Module:
+        """The wrapped Linen module."""
+        return self.to_nnx__module
+
+    @property
+    def rngs(self) -> Rngs | None:
+        """The ``Rngs`` the Linen module draws from when called without ``rngs=``."""
+        return self.to_nnx__rngs
+
     def lazy_init(self, *args: tp.Any, **kwargs: tp.Any) -> ToNNX:
         """``lazy_init(self, *args, **kwargs)``."""
         return lazy_init(self, *args, **kwargs)

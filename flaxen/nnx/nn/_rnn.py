@@ -22,6 +22,7 @@ import typing as tp
 
 import jax
 import jax.numpy as jnp
+import typing_extensions as tpe
 
 from flaxen.nnx import _graph_ops as graphlib
 from flaxen.nnx import filterlib
@@ -31,8 +32,9 @@ from flaxen.nnx.rnglib import Rngs, RngStream
 
 Array = jax.Array
 Carry = tp.Any
+Output = tp.Any
 
-__all__ = ["RNN", "Bidirectional", "flip_sequences"]
+__all__ = ["RNN", "Bidirectional", "RNNBase", "flip_sequences"]
 
 
 def flip_sequences(
@@ -217,9 +219,39 @@ def _concatenate(a: Array, b: Array) -> Array:
     return jnp.concatenate([a, b], axis=-1)
 
 
+class RNNBase(tpe.Protocol):
+    """What :class:`Bidirectional` needs of each direction: a layer called on a sequence with
+    ``RNN``'s keywords (``RNN`` is one; any object with this ``__call__`` fits the type).
+
+    >>> from flaxen import nnx
+    >>> def directions(fwd: RNNBase, bwd: RNNBase) -> nnx.Bidirectional:
+    ...     return nnx.Bidirectional(fwd, bwd)
+    """
+
+    def __call__(
+        self,
+        inputs: Array,
+        *,
+        initial_carry: Carry | None = None,
+        rngs: Rngs | RngStream | None = None,
+        seq_lengths: Array | None = None,
+        return_carry: bool | None = None,
+        time_major: bool | None = None,
+        reverse: bool | None = None,
+        keep_order: bool | None = None,
+    ) -> Output | tuple[Carry, Output]: ...
+
+
 class Bidirectional(Module):
     """Runs ``forward_rnn`` and ``backward_rnn`` (reversed, outputs kept in order) and merges
     their outputs with ``merge_fn`` (default: concatenate features)."""
+
+    # class-level defaults, as Flax declares them (each instance sets its own in __init__)
+    forward_rnn: RNNBase
+    backward_rnn: RNNBase
+    merge_fn: tp.Callable[[Array, Array], Array] = _concatenate
+    time_major: bool = False
+    return_carry: bool = False
 
     def __init__(
         self,

@@ -29,6 +29,7 @@ from jax import lax
 
 from flaxen.core.frozen_dict import FrozenDict
 from flaxen.layer_math import initializers
+from flaxen.layer_math.convolution import canonicalize_padding as canonicalize_padding
 from flaxen.layer_math.einsum import bias_layout, check_einsum_str
 from flaxen.layer_math.embedding import check_ids, lookup
 from flaxen.nnx.module import Module
@@ -40,6 +41,8 @@ from flaxen.typing import DotGeneralT, Dtype, Initializer, PrecisionLike, Shape
 
 Array = jax.Array
 PromoteDtypeFn = tp.Callable[..., tp.Any]
+Axis = int
+Size = int
 _NO_META: tp.Mapping[str, tp.Any] = MappingProxyType({})
 
 __all__ = ["Conv", "ConvTranspose", "Einsum", "Embed", "Linear", "LinearGeneral"]

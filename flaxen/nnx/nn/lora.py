@@ -31,6 +31,9 @@ from flaxen.typing import Dtype, Initializer
 __all__ = ["LoRA", "LoRALinear", "LoRAParam"]
 
 A = tp.TypeVar("A")
+Array = jax.Array
+Axis = int
+Size = int
 _NO_META: tp.Mapping[str, tp.Any] = MappingProxyType({})
 
 default_a_initializer = initializers.he_uniform()

@@ -36,12 +36,14 @@ from flaxen.nnx.nn.linear import Linear
 from flaxen.nnx.rnglib import Rngs, RngStream
 from flaxen.typing import Dtype, Initializer, Shape
 
+A = tp.TypeVar("A")
 Array = jax.Array
 Carry = tp.Any
+Output = tp.Any
 _NO_META: tp.Mapping[str, tp.Any] = MappingProxyType({})
 
 __all__ = [
-    "Bidirectional", "GRUCell", "LSTMCell", "OptimizedLSTMCell", "RNN", "RNNCellBase",
+    "Bidirectional", "GRUCell", "LSTMCell", "OptimizedLSTMCell", "RNN", "RNNBase", "RNNCellBase",
     "SimpleCell", "flip_sequences",
 ]
 
@@ -354,4 +356,4 @@ class GRUCell(_GatedCellBase, _HiddenCarry):
         return new_h, new_h
 
 
-from flaxen.nnx.nn._rnn import RNN, Bidirectional, flip_sequences  # noqa: E402
+from flaxen.nnx.nn._rnn import RNN, Bidirectional, RNNBase, flip_sequences  # noqa: E402
