@@ -10,7 +10,7 @@ import pytest
 
 from flaxen import nnx
 from flaxen.errors import NNXTransformError
-from flaxen.nnx.transforms import compilation, general, transforms
+from flaxen.nnx.transforms import autodiff, compilation, general, iteration, transforms
 
 # -- jit stages ---------------------------------------------------------------------------------
 
@@ -172,3 +172,144 @@ def test_make_jaxpr_decorator_and_static_argnums():
     assert str(power(jnp.ones(2), 3)).count("mul") == 3
     with pytest.raises(NNXTransformError, match="out of range"):
         transforms.make_jaxpr(lambda x: x, graph_updates=False, static_argnums=4)(1.0)
+
+
+# -- the callables handed to JAX --------------------------------------------------------------
+
+_FN_FIELDS = {
+    autodiff.BwdFn: ("bwd", "tree_node_args"),
+    autodiff.CustomVjpFnWrapper: ("f", "jax_nondiff_argnums", "ctxtag", "nondiff_states",
+                                  "nodedefs"),
+    autodiff.FwdFn: ("fwd", "nondiff_argnums", "ctxtag", "nondiff_states", "nodedefs"),
+    autodiff.GradFn: ("f", "has_aux", "nondiff_states"),
+    autodiff.SimpleGradFn: ("f", "has_aux", "graph"),
+    autodiff.SimpleRematFn: ("f", "graph"),
+    compilation.JitFn: ("f", "in_shardings", "out_shardings", "kwarg_shardings", "ctxtag"),
+    compilation.SimpleJitFn: ("f", "in_shardings", "out_shardings", "donate_argnums",
+                              "donate_argnames", "graph", "update_shardings"),
+    compilation.SimpleShardMapFn: ("f", "graph", "in_specs", "out_specs", "update_specs"),
+    iteration.ScanFn: ("f", "input_carry_argnum", "output_carry_argnum", "in_axes",
+                       "out_axes", "transform_metadata"),
+    iteration.SimpleScanFn: ("f", "graph", "in_axes", "out_axes", "out_is_tuple",
+                             "carry_idx", "carry_out_idx", "update_axes"),
+    iteration.WhileLoopCondFn: ("f",),
+    transforms.CheckifyFn: ("f",),
+    transforms.SimpleEvalShapeFn: ("f", "graph"),
+}
+
+
+def test_fn_classes_are_dataclasses_with_flax_fields():
+    for cls, fields in _FN_FIELDS.items():
+        assert tuple(f.name for f in dataclasses.fields(cls)) == fields, cls
+    with pytest.raises(NNXTransformError, match="wraps a function"):
+        autodiff.GradFn(3, False, None)
+
+
+def test_graph_mode_fns_merge_and_split_pure_nodes():
+    m = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
+    pure_m = general._to_pure(m, "split_merge_inputs")
+
+    def loss(m, x):
+        m.bias.value = m.bias.value + 1
+        return jnp.sum(m(x))
+
+    grads, (pure_out, aux) = jax.grad(autodiff.GradFn(loss, False, None), has_aux=True)(
+        pure_m, jnp.ones((1, 2)))
+    assert isinstance(grads, general.PureNode) and aux is None
+    new_m = general._from_pure(pure_out[0], "split_merge_inputs")
+    assert float(new_m.bias.value[0]) == float(m.bias.value[0]) + 1
+    # nondiff_states are constants: no gradient through them
+    frozen = nnx.state(m, nnx.Param)
+    grads2, _ = jax.grad(autodiff.GradFn(loss, False, (frozen, None)), has_aux=True)(
+        pure_m, jnp.ones((1, 2)))
+    assert all(float(jnp.abs(g).sum()) == 0.0 for g in grads2.values)
+
+    fn = compilation.JitFn(lambda m, x: m(x), None, None, None, "tag")
+    pure_args, pure_kwargs, out = jax.jit(fn)(general._to_pure(m, "tag"), jnp.ones((1, 2)))
+    assert out.shape == (1, 1) and pure_args[0].ctxtag == "tag" and pure_kwargs == {}
+
+    body = iteration.WhileLoopBodyFn(lambda v: v * 2)
+    cond = iteration.WhileLoopCondFn(lambda v: v < 10)
+    assert int(jax.lax.while_loop(cond, body, 1)) == 16
+
+
+def test_simple_fns_run_on_copies_and_return_updates():
+    count = nnx.Variable(jnp.array(1.0))
+
+    def f(c, x):
+        c.value = c.value + x
+        return c.value * 2
+
+    fn = transforms.SimpleCondFn(f, False)
+    out, (args, _) = fn(count, 3.0)
+    assert float(out) == 8.0 and float(args[0].value) == 4.0
+    assert float(count.value) == 1.0  # the caller's object untouched
+    shared = nnx.Variable(jnp.array(0.0))
+    with pytest.raises(NNXTransformError):
+        transforms.SimpleCondFn(lambda a, b: a, False)(shared, shared)
+    transforms.SimpleCondFn(lambda a, b: a, True)(shared, shared)  # graph mode allows it
+
+    vfn = iteration.SimpleVmapFn(lambda x: x + 1, False, 0, 0, 0)
+    out, _ = jax.vmap(vfn)(jnp.arange(3.0))
+    assert out.tolist() == [1.0, 2.0, 3.0]
+
+    sfn = iteration.SimpleScanFn(lambda c, x: (c + x, x * 2), False, 0, 0, True, 0, 0, 0)
+    carry, (updates, ys) = jax.lax.scan(lambda c, xs: sfn(c, (xs,)), 0.0, jnp.arange(4.0))
+    assert float(carry) == 6.0 and ys.tolist() == [0.0, 2.0, 4.0, 6.0]
+    assert transforms.SimpleEvalShapeFn(lambda x: x * 2, False)(3) == 6
+
+
+# -- LiftedModule, ValueMetadata, Broadcasted, CustomVjp ------------------------------------
+
+def test_lifted_module_routes_calls_through_the_proxy():
+    class Scaled(transforms.LiftedModule):
+        def __init__(self, inner, k):
+            self.inner = inner
+            self.k = k
+
+        @property
+        def _submodule(self):
+            return self.inner
+
+        def _call(self, accessor, *args):
+            return accessor(self.inner)(*args) * self.k
+
+    class Inner(nnx.Module):
+        def __call__(self, x):
+            return x + 1
+
+        def half(self, x):
+            return x / 2
+
+    m = Scaled(Inner(), 10)
+    assert isinstance(m, nnx.Module) and transforms.LiftedModule[Inner] is not None
+    assert m(1) == 20 and m.call.half(4) == 20.0
+
+
+def test_value_metadata_round_trips_a_variable():
+    p = nnx.Param(jnp.ones(2), tag="w")
+    vm = transforms.ValueMetadata.from_variable(p)
+    assert vm.var_type is nnx.Param and vm.metadata["tag"] == "w"
+    assert vm == transforms.ValueMetadata(nnx.Param, vm.value, dict(vm.metadata))
+    back = vm.to_variable()
+    assert type(back) is nnx.Param and back.get_metadata()["tag"] == "w"
+    doubled = jax.tree.map(lambda x: x * 2, vm)
+    assert doubled.value.tolist() == [2.0, 2.0] and doubled.var_type is nnx.Param
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        vm.value = None  # type: ignore[misc]
+
+
+def test_broadcasted_is_a_pytree_node():
+    b = iteration.Broadcasted(jnp.arange(2))
+    assert jax.tree.map(lambda x: x + 1, b).data.tolist() == [1, 2]
+    assert b.replace(data=5) == iteration.Broadcasted(5)
+
+
+def test_custom_vjp_classes():
+    f = autodiff.SimpleCustomVjp(lambda x: x * 3, (), False)
+    f.defvjp(lambda x: (x * 3, None), lambda res, g: (g * 10,))
+    assert float(jax.grad(f)(1.0)) == 10.0
+    assert autodiff.CustomVjp[int] is not None
+    g = autodiff.CustomVjp(lambda x: x * 3, (), graph_updates=False)
+    g.defvjp(lambda x: (x * 3, None), lambda res, g: (g * 7,))
+    assert float(jax.grad(g)(1.0)) == 7.0

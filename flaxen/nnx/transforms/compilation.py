@@ -33,6 +33,13 @@ from flaxen import traceback_util
 from flaxen.errors import NNXTransformError
 from flaxen.nnx import _lift, filterlib
 from flaxen.nnx.transforms import _functional, _graph_jit
+from flaxen.nnx.transforms._callable_types import (
+    JitFn,
+    ShardMapFn,
+    SimpleJitFn,
+    SimpleJitPartialFn,
+    SimpleShardMapFn,
+)
 from flaxen.nnx.transforms._common import (
     PrefixMapping,
     check_prefix,
@@ -52,10 +59,11 @@ from flaxen.nnx.transforms._stages import (
     Traced,
 )
 
-__all__ = ["Compiled", "JitWrapped", "Lowered", "SimpleCompiled", "SimpleJitPartialWrapped",
-           "SimpleJitWrapped", "SimpleLowered", "SimplePartialCompiled", "SimplePartialLowered",
-           "SimplePartialTraced", "SimpleTraced", "Stage", "StateSharding", "Traced",
-           "cached_partial", "jit", "jit_partial", "shard_map"]
+__all__ = ["cached_partial", "Compiled", "jit", "jit_partial", "JitFn", "JitWrapped", "Lowered",
+    "shard_map", "ShardMapFn", "SimpleCompiled", "SimpleJitFn", "SimpleJitPartialFn",
+    "SimpleJitPartialWrapped", "SimpleJitWrapped", "SimpleLowered", "SimplePartialCompiled",
+    "SimplePartialLowered", "SimplePartialTraced", "SimpleShardMapFn", "SimpleTraced", "Stage",
+    "StateSharding", "Traced"]
 
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
 P = tp.ParamSpec("P")

@@ -24,11 +24,29 @@ from flaxen import traceback_util
 from flaxen.nnx import spmd
 from flaxen.nnx._modes import resolve_modes
 from flaxen.nnx.transforms._axes import NodePrefix, StateAxes, prefix
-from flaxen.nnx.transforms._common import check_prefix, resolve_bound, resolve_kwargs
+from flaxen.nnx.transforms._callable_types import (
+    ForiLoopBodyFn,
+    PmapFn,
+    ScanFn,
+    SimpleForiLoopBodyFn,
+    SimplePmapFn,
+    SimpleScanFn,
+    SimpleVmapFn,
+    SimpleWhileLoopBodyFn,
+    SimpleWhileLoopCondFn,
+    VmapFn,
+    WhileLoopBodyFn,
+    WhileLoopCondFn,
+)
+from flaxen.nnx.transforms._carry import resolve_kwargs
+from flaxen.nnx.transforms._common import check_prefix, resolve_bound
 from flaxen.nnx.transforms._mapped import mapped_call
 from flaxen.nnx.variablelib import Variable
 
-__all__ = ["NodePrefix", "StateAxes", "pmap", "prefix", "transform_metadata", "vmap"]
+__all__ = ["ForiLoopBodyFn", "NodePrefix", "pmap", "PmapFn", "prefix", "ScanFn",
+    "SimpleForiLoopBodyFn", "SimplePmapFn", "SimpleScanFn", "SimpleVmapFn",
+    "SimpleWhileLoopBodyFn", "SimpleWhileLoopCondFn", "StateAxes", "transform_metadata", "vmap",
+    "VmapFn", "WhileLoopBodyFn", "WhileLoopCondFn"]
 
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
 
@@ -228,3 +246,21 @@ Leaves = list[tp.Any]
 Index = int
 T = tp.TypeVar("T")
 AxisFn = tp.Callable[[_State | Variable, int, tp.Mapping], _State | Variable]
+
+
+# -- scan's broadcast wrapper -------------------------------------------------------------------
+from flaxen import struct as _struct  # noqa: E402
+
+
+class Broadcasted(_struct.PyTreeNode):
+    """A value ``nnx.scan`` hands to every step unchanged (an argument with axis ``None``):
+    wrapped so it travels through ``jax.lax.scan``'s carry as a pytree of its own, told apart
+    from the carry the user returns.
+
+    >>> import jax, jax.numpy as jnp
+    >>> b = Broadcasted(jnp.arange(3))
+    >>> jax.tree.leaves(b)[0].tolist(), b.replace(data=1).data
+    ([0, 1, 2], 1)
+    """
+
+    data: tp.Any

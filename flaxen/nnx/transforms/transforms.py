@@ -16,6 +16,8 @@ combinations write back Variable values only (:mod:`._functional`).
 
 from __future__ import annotations
 
+import abc
+import dataclasses
 import functools
 import typing as tp
 
@@ -25,17 +27,27 @@ from jax.experimental import checkify as _checkify
 from flaxen import traceback_util
 from flaxen.errors import NNXTransformError
 from flaxen.nnx import _lift
+from flaxen.nnx.proxy_caller import CallableProxy, DelayedAccessor
 from flaxen.nnx.transforms import _functional
 from flaxen.nnx.transforms._branches import cond, switch
+from flaxen.nnx.transforms._callable_types import (
+    CheckifyFn,
+    SimpleCheckifyFn,
+    SimpleCondFn,
+    SimpleEvalShapeFn,
+    SimpleMakeJaxprFn,
+)
 from flaxen.nnx.transforms._common import (
     PrefixMapping,
     check_prefix,
     resolve_bound,
     resolve_modes,
 )
+from flaxen.nnx.variablelib import Variable
 
-__all__ = ["PrefixMapping", "check_prefix", "checkify", "cond", "eval_shape", "make_jaxpr",
-           "resolve_bound", "resolve_modes", "switch"]
+__all__ = ["check_prefix", "checkify", "CheckifyFn", "cond", "eval_shape", "make_jaxpr",
+    "PrefixMapping", "resolve_bound", "resolve_modes", "SimpleCheckifyFn", "SimpleCondFn",
+    "SimpleEvalShapeFn", "SimpleMakeJaxprFn", "switch"]
 
 
 _MISSING: tp.Any = object()
@@ -239,4 +251,90 @@ def resolve_kwargs(fun: tp.Callable[..., tp.Any] = _MISSING, args: tuple = _MISS
     return _resolve(fun, args, kwargs)
 
 
-from flaxen.nnx.transforms._common import resolve_kwargs as _resolve  # noqa: E402
+from flaxen.nnx.transforms._carry import resolve_kwargs as _resolve  # noqa: E402
+
+# -- lifted modules and abstract Variable values ------------------------------------------------
+
+
+class LiftedModule(tp.Generic[M], _Module):
+    """A Module that runs a wrapped submodule through a transform.
+
+    Subclasses give ``_submodule`` (the wrapped Module) and ``_call(accessor, *args)``,
+    which applies the transform to ``accessor(submodule)(*args)``. ``m(x)`` calls the
+    submodule itself; ``m.call.method(x)`` calls one of its methods (through nested
+    LiftedModules too: the accessor reaches the innermost submodule's method).
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> class Doubled(LiftedModule):
+    ...     def __init__(self, inner):
+    ...         self.inner = inner
+    ...     @property
+    ...     def _submodule(self):
+    ...         return self.inner
+    ...     def _call(self, accessor, *args):
+    ...         return accessor(self.inner)(*args) * 2
+    >>> m = Doubled(nnx.Linear(2, 1, use_bias=False, rngs=nnx.Rngs(0)))
+    >>> bool(jnp.allclose(m(jnp.ones((1, 2))), 2 * m.inner(jnp.ones((1, 2)))))
+    True
+    """
+
+    @abc.abstractmethod
+    def _call(self, accessor: DelayedAccessor, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        ...
+
+    @property
+    @abc.abstractmethod
+    def _submodule(self) -> M:
+        ...
+
+    def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        return self.call(*args, **kwargs)
+
+    @property
+    def call(self) -> tp.Any:
+        """A proxy: ``m.call(x)`` calls the submodule, ``m.call.f(x)`` its method ``f``."""
+        proxy = CallableProxy(self._call)
+        module: tp.Any = self
+        # each nested LiftedModule is reached through its own `.call` proxy
+        while isinstance(module._submodule, LiftedModule):
+            module = module._submodule
+            proxy = proxy.call
+        return proxy
+
+
+@dataclasses.dataclass(frozen=True)
+class ValueMetadata:
+    """A Variable taken apart for a trip through a JAX transform: its type, its value and
+    its metadata; :meth:`from_variable` / :meth:`to_variable` convert. It is a pytree whose
+    only leaf is ``value`` (so ``jax.eval_shape`` turns it into a shape description).
+
+    >>> import jax, jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> vm = ValueMetadata.from_variable(nnx.Param(jnp.ones(3)))
+    >>> abstract = jax.eval_shape(lambda v: v, vm)
+    >>> abstract.var_type.__name__, abstract.value.shape
+    ('Param', (3,))
+    >>> type(vm.to_variable()).__name__
+    'Param'
+    """
+
+    var_type: type[Variable]
+    value: tp.Any
+    metadata: dict[str, tp.Any]
+
+    @classmethod
+    def from_variable(cls, variable: Variable) -> ValueMetadata:
+        """Type, raw value and metadata of ``variable``."""
+        return cls(type(variable), variable.get_raw_value(), dict(variable.get_metadata()))
+
+    def to_variable(self) -> Variable:
+        """A new Variable of ``var_type`` holding ``value`` with ``metadata``."""
+        return self.var_type.from_metadata(self.value, dict(self.metadata))
+
+
+jax.tree_util.register_pytree_node(
+    ValueMetadata,
+    lambda v: ((v.value,), (v.var_type, tuple(sorted(v.metadata.items(), key=lambda kv: kv[0])))),
+    lambda aux, ch: ValueMetadata(aux[0], ch[0], dict(aux[1])),
+)
