@@ -21,28 +21,30 @@ prefixes is an error.
 
 from __future__ import annotations
 
-import dataclasses
 import typing as tp
 
 import jax
 
+from flaxen import struct
+from flaxen.errors import NNXTransformError
 from flaxen.nnx import _contexts
 from flaxen.nnx._contexts import MergeContext, SplitContext
+from flaxen.nnx._extract_prefix import broadcast_prefix
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx.graphlib import iter_graph
 from flaxen.nnx.variablelib import Variable
+from flaxen.typing import Missing
 
 __all__ = [
-    "NodeStates", "check_consistent_aliasing", "clear_non_graph_nodes", "default_split_fn",
-    "from_tree", "is_tree_node", "merge_tree_node", "to_tree",
+    "NodeStates", "aliasing_error", "check_consistent_aliasing", "clear_non_graph_nodes",
+    "default_split_fn", "from_tree", "is_tree_node", "merge_tree_node", "to_tree",
 ]
 
 KeyPath = tuple
-_MISSING: tp.Any = object()
+_MISSING: tp.Any = Missing
 
 
-@dataclasses.dataclass(frozen=True)
-class NodeStates:
+class NodeStates(struct.PyTreeNode):
     """What :func:`to_tree` puts in place of a node: its graph definition (static for JAX)
     and its states (the pytree children); ``metadata`` is static too.
 
@@ -55,7 +57,7 @@ class NodeStates:
 
     _graphdef: tp.Any
     states: tuple
-    metadata: tp.Any = None
+    metadata: tp.Any = struct.field(pytree_node=False, default=None)
 
     @property
     def graphdef(self) -> tp.Any:
@@ -89,9 +91,6 @@ class NodeStates:
         return cls(None, tuple(prefixes), metadata)
 
 
-jax.tree_util.register_dataclass(NodeStates, data_fields=["_graphdef", "states"],
-                                 meta_fields=["metadata"])
-
 
 def _is_node(x: tp.Any) -> bool:
     return isinstance(x, (GraphNode, Variable))
@@ -116,24 +115,43 @@ def merge_tree_node(ctx: MergeContext, path: KeyPath, prefix: tp.Any, leaf: tp.A
     return ctx.merge(leaf.graphdef, *leaf.states)
 
 
-def _broadcast(prefix: tp.Any, tree: tp.Any, prefix_leaf: tp.Callable[[tp.Any], bool],
-               tree_leaf: tp.Callable[[tp.Any], bool]) -> list:
-    """The prefix entry covering each leaf of ``tree`` (leaves as ``tree_leaf`` says)."""
-    out: list = []
+def aliasing_error(node_prefixes: dict[int, list[tuple[tuple, tp.Any]]],
+                   variables: dict[int, Variable]) -> NNXTransformError | None:
+    """The error naming every Variable of ``node_prefixes`` (``id -> [(path, prefix)]``)
+    that was given two different prefixes, each with all its paths; None when there is
+    none. Prefixes are compared with ``is`` then ``==`` (they need not be hashable)."""
+    bad = []
+    for key, entries in node_prefixes.items():
+        distinct: list = []
+        for _, p in entries:
+            if not any(p is q or _equal(p, q) for q in distinct):
+                distinct.append(p)
+        if len(distinct) > 1:
+            name = type(variables[key]).__name__ if key in variables else f"Node ID: {key}"
+            where = "\n".join(f"  {'/'.join(map(str, path)) or '<root>'}: {p}"
+                              for path, p in entries)
+            bad.append(f"Node: {name}\n{where}")
+    if not bad:
+        return None
+    return NNXTransformError(
+        "", "Inconsistent aliasing detected. The following nodes have different prefixes:\n"
+        + "\n".join(bad) + "\nGive every path to a shared Variable the same prefix (e.g. the "
+        "same in_axes), or stop sharing it.", "")
 
-    def add(p: tp.Any, sub: tp.Any) -> None:
-        structure: tp.Any = jax.tree_util.tree_structure(sub, is_leaf=tree_leaf)
-        out.extend([p] * structure.num_leaves)
 
-    jax.tree_util.tree_map(add, prefix, tree,
-                           is_leaf=lambda x: x is None or prefix_leaf(x) or tree_leaf(x))
-    return out
+def _equal(a: tp.Any, b: tp.Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - prefixes that cannot be compared are different
+        return False
 
 
 def check_consistent_aliasing(node: tp.Any, prefix: tp.Any, /, *,
                               node_prefixes: dict[int, list] | None = None) -> None:
     """Records ``(path, prefix)`` for each Variable of ``node`` in ``node_prefixes`` and
-    raises when one Variable has been seen under two different prefixes.
+    raises when one Variable has been seen under two different prefixes. A prefix with a
+    ``map_prefix`` method (``StateAxes``, a graph-mode ``nnx.prefix``) gives each Variable
+    ``prefix.map_prefix(path, variable)``.
 
     >>> from flaxen import nnx
     >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
@@ -142,33 +160,20 @@ def check_consistent_aliasing(node: tp.Any, prefix: tp.Any, /, *,
     >>> try:
     ...     check_consistent_aliasing(m, 1, node_prefixes=seen)
     ... except ValueError as e:
-    ...     print(str(e).splitlines()[0])
-    Inconsistent aliasing detected: a Variable is reached under different prefixes.
+    ...     print(str(e).splitlines()[1:4])
+    ['Node: Param', '  bias: 0', '  bias: 1']
     """
     seen = {} if node_prefixes is None else node_prefixes
     variables: dict[int, Variable] = {}
+    map_prefix = getattr(prefix, "map_prefix", None)
     for path, value in iter_graph(node, graph=True):
         if isinstance(value, Variable):
-            map_prefix = getattr(prefix, "map_prefix", None)
             p = map_prefix(path, value) if callable(map_prefix) else prefix
             variables[id(value)] = value
             seen.setdefault(id(value), []).append((path, p))
-    bad = []
-    for key, entries in seen.items():
-        distinct: list = []
-        for _, p in entries:
-            if not any(p is q or p == q for q in distinct):
-                distinct.append(p)
-        if len(distinct) > 1:
-            name = type(variables[key]).__name__ if key in variables else f"id {key}"
-            where = "\n".join(f"  {'/'.join(map(str, path)) or '<root>'}: {p!r}"
-                              for path, p in entries)
-            bad.append(f"{name}:\n{where}")
-    if bad:
-        raise ValueError(
-            "Inconsistent aliasing detected: a Variable is reached under different prefixes.\n"
-            + "\n".join(bad) + "\nGive every path to a shared Variable the same prefix (e.g. "
-            "the same in_axes), or stop sharing it.")
+    err = aliasing_error(seen, variables)
+    if err is not None:
+        raise err
 
 
 def to_tree(tree: tp.Any, /, *, prefix: tp.Any = _MISSING,
@@ -193,7 +198,8 @@ def to_tree(tree: tp.Any, /, *, prefix: tp.Any = _MISSING,
                 lambda x: split_fn(ctx, (), prefix, x)
                 if map_non_graph_nodes or _is_node(x) else x,
                 tree, is_leaf=_is_node)
-    prefixes = _broadcast(prefix, tree, _is_node, _is_node)
+    prefixes = broadcast_prefix(prefix, tree, prefix_is_leaf=lambda x: x is None or _is_node(x),
+                                tree_is_leaf=_is_node)
     treedef: tp.Any  # jax's PyTreeDef (unresolved by mypy)
     keyed, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_node)
     seen: dict[int, list] = {}
@@ -235,7 +241,8 @@ def from_tree(tree: tp.Any, /, *, prefix: tp.Any = _MISSING,
             return jax.tree_util.tree_map(
                 lambda x: merge_fn(ctx, (), prefix, x) if wanted(x) else x, tree,
                 is_leaf=is_leaf)
-    prefixes = _broadcast(prefix, tree, is_leaf, is_leaf)
+    prefixes = broadcast_prefix(prefix, tree, prefix_is_leaf=lambda x: x is None or is_leaf(x),
+                                tree_is_leaf=is_leaf)
     treedef: tp.Any
     keyed, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)
     out = []

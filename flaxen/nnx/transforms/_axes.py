@@ -29,6 +29,7 @@ from flaxen.errors import NNXTransformError
 from flaxen.nnx import _lift, filterlib
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graphdef import NodeDef, NodeRef, VariableDef
+from flaxen.nnx._tree_state import TreeState, to_tree2
 from flaxen.nnx.transforms._common import PrefixMapping
 from flaxen.nnx.variablelib import Variable
 
@@ -196,27 +197,6 @@ class NodePrefix:
         return f"{self.node_type.__name__}Prefix({{{inner}}})"
 
 
-class TreeState(NodePrefix):
-    """Graph mode's ``nnx.prefix`` of one graph node: ``state`` holds the prefix values
-    nested by attribute path (``result.state['linear']['kernel']``)."""
-
-    __slots__ = ()
-
-    @property
-    def state(self) -> dict:
-        out: dict = {}
-        for path, value in self.by_path.items():
-            d = out
-            for k in path[:-1]:
-                d = d.setdefault(k, {})
-            if path:
-                d[path[-1]] = value
-        return out
-
-    def __repr__(self) -> str:
-        return f"TreeState({self.state!r})"
-
-
 def as_node_prefix(pre: tp.Any) -> tp.Any:
     """A tree-mode prefix shaped like a graph node (``nnx.prefix(module, ...,
     graph=False)``: the node with values in place of its Variables) as a
@@ -296,7 +276,7 @@ def occurrences(defs: tp.Sequence[tp.Any]) -> list[list[tuple[tuple, int]]]:
 # -- nnx.prefix ---------------------------------------------------------------------------------
 
 def _is_prefix_leaf(x: tp.Any) -> bool:
-    return x is None or isinstance(x, (PrefixMapping, NodePrefix, GraphNode,
+    return x is None or isinstance(x, (PrefixMapping, NodePrefix, TreeState, GraphNode,
                                        jax.sharding.PartitionSpec, jax.sharding.Sharding))
 
 
@@ -308,8 +288,10 @@ def prefix(node: tp.Any, filter_map: tp.Mapping[filterlib.Filter, tp.Any] | tp.C
 
     In tree mode (``graph=False``) the result has the node's own shape (a Module holding
     values where its Variables were), usable with ``jax.vmap`` too; in graph mode each graph
-    node becomes a :class:`TreeState` (values by path, shared Variables at each of their
-    paths). Today's transforms accept both as ``in_axes``/``out_axes``/specs for the node.
+    node becomes a :class:`~flaxen.nnx.extract.TreeState` (its graph definition and a State
+    of values; an object shared with an earlier node appears once, at its first path, as
+    ``extract.to_tree2`` numbers them). Today's transforms accept both as
+    ``in_axes``/``out_axes``/specs for the node.
 
     >>> import jax.numpy as jnp
     >>> from flaxen import nnx
@@ -342,30 +324,30 @@ def prefix(node: tp.Any, filter_map: tp.Mapping[filterlib.Filter, tp.Any] | tp.C
     else:
         prefix_fn = filter_map
 
-    def node_prefix(outer: tuple, x: tp.Any, cls: type) -> tp.Any:
+    def node_prefix(outer: tuple, x: tp.Any) -> NodePrefix:
         lift = _lift.Lift((x,), {})
         if lift.flat is None:
-            return cls({}, type(x))
+            return NodePrefix({}, type(x))
         objs = lift.leaf_objs
         by_path = {path: prefix_fn((*outer, *path), objs[pos])
                    for path, pos in occurrences(lift.flat.defs)[0]}
-        if isinstance(x, Variable):
-            return by_path.get((), None)
-        return cls(by_path, type(x))
+        return NodePrefix(by_path, type(x))
 
     if graph:
-        def one(kp: tp.Any, x: tp.Any) -> tp.Any:
-            outer = tuple(_key(k) for k in kp)
-            if isinstance(x, (GraphNode, Variable)):
-                return node_prefix(outer, x, TreeState)
-            return prefix_fn(outer, x)
+        # each node as a TreeState holding its Variables, then every leaf (the Variables
+        # inside the states too) mapped by its path with the TreeState's own key dropped
+        trees = to_tree2(node, prefix_fn=prefix_fn)
 
-        return jax.tree_util.tree_map_with_path(one, node, is_leaf=_lift.is_node)
+        def one(kp: tp.Any, x: tp.Any) -> tp.Any:
+            return prefix_fn(tuple(k for k in map(_key, kp) if k != "__state__"), x)
+
+        return jax.tree_util.tree_map_with_path(
+            one, trees, is_leaf=lambda x: isinstance(x, Variable))
 
     def one_tree(kp: tp.Any, x: tp.Any) -> tp.Any:
         outer = tuple(_key(k) for k in kp)
         if isinstance(x, GraphNode):  # a graph node that is not a pytree
-            return node_prefix(outer, x, NodePrefix)
+            return node_prefix(outer, x)
         return prefix_fn(outer, x)
 
     return jax.tree_util.tree_map_with_path(
@@ -430,7 +412,7 @@ def _prefix_pairs(prefix_tree: tp.Any, full: tp.Any) -> list[tuple[tp.Any, tp.An
 
 
 def _resolve_node(pre: tp.Any, path: tuple, var: tp.Any) -> tp.Any:
-    if isinstance(pre, (PrefixMapping, NodePrefix)) and hasattr(pre, "map_prefix"):
+    if isinstance(pre, (PrefixMapping, NodePrefix, TreeState)) and hasattr(pre, "map_prefix"):
         return pre.map_prefix(path, var)
     return pre
 
@@ -470,7 +452,7 @@ def resolve_inputs(lift: _lift.Lift, in_prefix: tp.Any, kw_prefix: tp.Any, *, fn
     for p in lift.node_pos:
         leaf_prefix[p] = None
     for pre in leaf_prefix:
-        if isinstance(pre, (PrefixMapping, NodePrefix)):
+        if isinstance(pre, (PrefixMapping, NodePrefix, TreeState)):
             raise NNXTransformError(
                 "", f"nnx.{fn_name}: `{what}` holds a {type(pre).__name__} for an argument "
                 "that is not a graph node", "Use a plain value for arrays.")
