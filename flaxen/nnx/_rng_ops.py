@@ -32,6 +32,7 @@ import typing as tp
 
 import jax
 
+from flaxen import struct
 from flaxen.errors import InvalidNNXValueError
 from flaxen.nnx import filterlib
 from flaxen.nnx._graph_node import GraphNode, new_node
@@ -163,20 +164,28 @@ def _selects(pred: tp.Callable, path: tuple, stream: RngStream) -> bool:
 StreamBackup = tuple[RngStream, jax.Array, jax.Array] | tuple[RngStream, jax.Array]
 
 
-class SplitBackups:
+_SB = tp.TypeVar("_SB", bound=tuple)
+
+
+class SplitBackups(struct.PyTreeNode, tp.Iterable[_SB]):
     """The key/count values ``split_rngs``/``fork_rngs`` replaced in place; iterable of
-    ``(stream, key[, count])``. ``nnx.restore_rngs(b)`` or ``with b:`` puts them back."""
+    ``(stream, key[, count])``. ``nnx.restore_rngs(b)`` or ``with b:`` puts them back.
 
-    __slots__ = ("backups",)
+    A frozen struct dataclass (a pytree of its ``backups``, ``.replace(backups=...)``).
 
-    def __init__(self, backups: list[StreamBackup]) -> None:
-        self.backups = backups
+    >>> from flaxen import nnx
+    >>> rngs = nnx.Rngs(0)
+    >>> with nnx.split_rngs(rngs, splits=2) as backups:
+    ...     rngs.default.key.value.shape
+    (2,)
+    >>> [stream.tag for stream, *_ in backups], rngs.default.key.value.shape
+    (['default'], ())
+    """
 
-    def __iter__(self) -> tp.Iterator[StreamBackup]:
+    backups: list[_SB]
+
+    def __iter__(self) -> tp.Iterator[_SB]:
         return iter(self.backups)
-
-    def __len__(self) -> int:
-        return len(self.backups)
 
     def __enter__(self) -> SplitBackups:
         return self
@@ -186,10 +195,6 @@ class SplitBackups:
 
     def __repr__(self) -> str:
         return f"SplitBackups({[b[0].tag for b in self.backups]})"
-
-
-jax.tree_util.register_pytree_node(
-    SplitBackups, lambda b: ((b.backups,), None), lambda _, c: SplitBackups(c[0]))
 
 
 def restore_rngs(backups: tp.Iterable[StreamBackup], /) -> None:
