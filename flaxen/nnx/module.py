@@ -28,9 +28,8 @@ import jax
 
 from flaxen.errors import SetAttributesNotFoundError, SowTypeError
 from flaxen.nnx import _trace, filterlib, reprlib
-from flaxen.nnx._sow_stores import CAPTURES, capture, put, store_for
-from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graph_ops import iter_graph
+from flaxen.nnx._sow_stores import CAPTURES, capture, put, store_for
 from flaxen.nnx.pytreelib import Pytree, PytreeMeta, _is_tag, has_data, is_data
 from flaxen.nnx.variablelib import Intermediate, Variable
 
@@ -233,10 +232,16 @@ def _write(node: Pytree, key: str, value: tp.Any, as_data: bool | None = None) -
     _trace.bump()
 
 
-class Dict(Module, MutableMapping):
+class Dict(reprlib.MappingReprMixin, Module, MutableMapping):
     """A Module that is also a dict: ``nnx.Dict(a=layer, b=other)``; items are attributes.
 
-    Items holding arrays, Variables or Modules (also inside containers) are data.
+    Items holding arrays, Variables or Modules (also inside containers) are data. As in Flax
+    it compares as a mapping (by its items) yet hashes by identity.
+
+    >>> from flaxen import nnx
+    >>> d = nnx.Dict(a=1)
+    >>> d == {'a': 1}, {d: 'key'}[d]
+    (True, 'key')
     """
 
     def __init__(self, *args: tp.Any, **kwargs: tp.Any) -> None:
@@ -269,17 +274,21 @@ class Dict(Module, MutableMapping):
             return Module.__getattr__(self, name)
         raise AttributeError(f"nnx.Dict has no key or attribute {name!r}")
 
+    def __hash__(self) -> int:
+        return id(self)
+
     def __nnx_repr__(self) -> tp.Iterator[tp.Any]:
         # printed as a mapping (``Dict({'a': ...})``), without the size comment of Modules
-        yield from reprlib.MappingReprMixin.__nnx_repr__(self)  # type: ignore[arg-type]
+        yield from reprlib.MappingReprMixin.__nnx_repr__(self)
 
 
-class List(Module, MutableSequence[T]):
+class List(reprlib.SequenceReprMixin, Module, MutableSequence[T]):
     """A Module that is also a list: ``nnx.List([layer1, layer2])``; every item is data.
 
     Items are attributes named ``'0'``, ``'1'``, ... (``vars(lst)['0']``); graph paths and
     State keys use the integer index (``state[0]``). Other attributes (``lst.tag = 'x'``)
     are ordinary Module attributes. ``nnx.List[int]`` works in annotations, as in Flax.
+    It compares by its items and, like Flax's (and ``list``), is unhashable.
 
     >>> from flaxen import nnx
     >>> layers: nnx.List[int] = nnx.List([1, 2])
@@ -342,7 +351,7 @@ class List(Module, MutableSequence[T]):
             return list(self) == list(other)
         return NotImplemented
 
-    __hash__ = GraphNode.__hash__
+    __hash__ = None  # type: ignore[assignment]
 
     def append(self, value: tp.Any) -> None:
         _write(self, str(len(self)), value, True)
@@ -375,7 +384,7 @@ class List(Module, MutableSequence[T]):
 
     def __nnx_repr__(self) -> tp.Iterator[tp.Any]:
         # printed as a sequence (``List([...])``), without the size comment of Modules
-        yield from reprlib.SequenceReprMixin.__nnx_repr__(self)  # type: ignore[arg-type]
+        yield from reprlib.SequenceReprMixin.__nnx_repr__(self)
 
 
 class Sequential(Module):

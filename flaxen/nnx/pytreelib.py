@@ -179,20 +179,41 @@ def _leaves(value: tp.Any) -> list:
     return jax.tree_util.tree_leaves(value, is_leaf=stop)
 
 
-class PytreeState:
-    """Read-only facts about a Pytree: its trace and whether it is being initialized."""
+class PytreeState(_reprlib.Representable):
+    """Facts about a Pytree: whether it is being initialized / set up, and its trace.
 
-    __slots__ = ("_node",)
+    Built on its own it holds the two flags given; a Pytree's ``_pytree__state`` is one
+    that reads them (and the trace it was created under) from the Pytree when asked.
 
-    def __init__(self, node: GraphNode) -> None:
-        self._node = node
+    >>> from flaxen.nnx.pytreelib import PytreeState
+    >>> state = PytreeState(initializing=True)
+    >>> state.initializing, state.is_setup
+    (True, False)
+    """
+
+    __slots__ = ("_initializing", "_is_setup", "_node")
+
+    def __init__(self, initializing: bool = False, is_setup: bool = False) -> None:
+        self._initializing = initializing
+        self._is_setup = is_setup
+        self._node: GraphNode | None = None
+
+    @classmethod
+    def _of(cls, node: GraphNode) -> PytreeState:
+        state = cls()
+        state._node = node
+        return state
 
     @property
     def trace_state(self) -> object:
+        if self._node is None:
+            return _trace.current_trace()
         return self._node._nnx_trace
 
     @property
     def initializing(self) -> bool:
+        if self._node is None:
+            return self._initializing
         # upward: Module subclasses Pytree; looked up when a Pytree needs it
         from flaxen.nnx import module
 
@@ -200,7 +221,12 @@ class PytreeState:
 
     @property
     def is_setup(self) -> bool:
-        return False
+        return self._is_setup
+
+    def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
+        yield _reprlib.Object(type=type(self))
+        yield _reprlib.Attr("initializing", self.initializing)
+        yield _reprlib.Attr("is_setup", self.is_setup)
 
 
 class _Status(dict):
@@ -319,7 +345,7 @@ class Pytree(GraphNode, _reprlib.Representable, metaclass=PytreeMeta):
 
     @property
     def _pytree__state(self) -> PytreeState:
-        return PytreeState(self)
+        return PytreeState._of(self)
 
     def __getattr__(self, name: str) -> tp.Any:
         if name == "_pytree__status":  # built without __init__ (merge, unflatten, copy)
@@ -513,12 +539,12 @@ class Object(Pytree, pytree=False):
         super().__init_subclass__(pytree=False, **kwargs)
 
 
-def check_pytree(obj: tp.Any) -> None:
+def check_pytree(pytree: tp.Any) -> None:
     """Re-runs the attribute checks of a Pytree (e.g. after writing ``__dict__`` directly)."""
-    if not isinstance(obj, Pytree):
-        raise TypeError(f"check_pytree expects an nnx.Pytree, got a {type(obj).__name__}")
-    for name, value in obj.__dict__.items():
-        obj._check_value(name, value, None)
+    if not isinstance(pytree, Pytree):
+        raise TypeError(f"check_pytree expects an nnx.Pytree, got a {type(pytree).__name__}")
+    for name, value in pytree.__dict__.items():
+        pytree._check_value(name, value, None)
 
 
 # -- Flax 0.12.8's other names in nnx.pytreelib -----------------------------------------------

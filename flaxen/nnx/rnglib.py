@@ -248,7 +248,7 @@ class Rngs(_RandomMethods, Pytree):
 
     _stream_type: tp.ClassVar[type] = RngStream
 
-    def __init__(self, default: RngValue | RngStream | tp.Mapping | None = None, /,
+    def __init__(self, default: RngValue | RngStream | tp.Mapping | None = None,
                  **rngs: RngValue | RngStream) -> None:
         if default is not None:
             if isinstance(default, tp.Mapping):
@@ -393,8 +393,19 @@ AxesValue = tp.Union[int, None]  # noqa: UP007
 Fargs = tp.ParamSpec("Fargs")
 OutShardingType: tp.TypeAlias = jax.sharding.NamedSharding | jax.sharding.PartitionSpec | None
 StreamBackup = tuple[RngStream, jax.Array, jax.Array] | tuple[RngStream, jax.Array]
-# the RNG Variables other than keys (the counts): what backups and reseeding leave alone
-NotKey = filterlib.All(RngState, filterlib.Not(RngKey))
+
+
+def NotKey(path: tuple, x: tp.Any) -> bool:  # noqa: N802 - Flax's name
+    """Filter of the RNG Variables other than keys (the counts): what backups and reseeding
+    leave alone.
+
+    >>> from flaxen import nnx
+    >>> from flaxen.nnx import rnglib
+    >>> rngs = nnx.Rngs(0)
+    >>> sorted(p[-1] for p, _ in nnx.to_flat_state(nnx.state(rngs, rnglib.NotKey)))
+    ['count']
+    """
+    return isinstance(x, RngState) and not isinstance(x, RngKey)
 
 
 @tp.runtime_checkable

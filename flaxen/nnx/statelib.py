@@ -46,15 +46,28 @@ def _sort_keys(keys: tp.Iterable[Key]) -> list[Key]:
 
 
 class State(MutableMapping, _reprlib.Representable):
-    """A nested mapping from attribute names to sub-States and VariableStates."""
+    """A nested mapping from attribute names to sub-States and VariableStates.
 
-    __slots__ = ("_mapping",)
+    Nested mappings become States; with ``_copy=False`` a ``dict`` is taken as the State's
+    own storage, unconverted (changes to one show in the other), as in Flax.
+
+    >>> from flaxen import nnx
+    >>> raw = {'a': 1}
+    >>> s = nnx.State(raw, _copy=False)
+    >>> s['b'] = 2
+    >>> raw
+    {'a': 1, 'b': 2}
+    """
+
     __treescope_repr__ = _treescope.state_repr
 
     def __init__(self, mapping: Mapping[Key, tp.Any] | tp.Iterable[tuple[Key, tp.Any]] = (),
-                 /) -> None:
+                 /, *, _copy: bool = True) -> None:
         if isinstance(mapping, State):
             mapping = mapping._mapping
+        if not _copy and type(mapping) is dict:
+            object.__setattr__(self, "_mapping", mapping)
+            return
         items = mapping.items() if isinstance(mapping, Mapping) else mapping
         raw = {}
         for k, v in items:
@@ -136,7 +149,8 @@ class State(MutableMapping, _reprlib.Representable):
             for k in path[:-1]:
                 node = node.setdefault(k, {})
             node[path[-1]] = leaf
-        return _to_state(root)
+        state = _to_state(root)
+        return state if cls is State else cls._from_raw(state._mapping)
 
     # -- filtering -------------------------------------------------------------------------
     def filter(self, first: filterlib.Filter, /, *filters: filterlib.Filter
@@ -151,13 +165,13 @@ class State(MutableMapping, _reprlib.Representable):
         states = _split(self, (first, *filters), exhaustive=True)
         return states[0] if not filters else states
 
-    @staticmethod
-    def merge(state: Mapping, /, *states: Mapping) -> State:
-        """Union of States; later ones win where paths collide."""
+    @classmethod
+    def merge(cls, state: Mapping, /, *states: Mapping) -> State:
+        """Union of States (a ``cls``); later ones win where paths collide."""
         flat: dict[Path, tp.Any] = {}
         for s in (state, *states):
             _flatten_into(s, (), flat)
-        return State.from_flat_path(flat)
+        return cls.from_flat_path(flat)
 
     def to_pure_dict(self, extract_fn: tp.Callable[[tp.Any], tp.Any] | None = None
                      ) -> dict[Key, tp.Any]:
@@ -255,8 +269,10 @@ def _leaf_equal(a: tp.Any, b: tp.Any) -> bool:
 
 # -- FlatState ---------------------------------------------------------------------------
 
+_V = tp.TypeVar("_V")
 
-class FlatState(tp.Sequence[tuple[Path, tp.Any]], _reprlib.Representable):
+
+class FlatState(tp.Sequence[tuple[Path, _V]], _reprlib.Representable):
     """A State as a sequence of ``(path, leaf)`` pairs (sorted by path when built from one).
 
     >>> from flaxen import nnx
@@ -266,6 +282,8 @@ class FlatState(tp.Sequence[tuple[Path, tp.Any]], _reprlib.Representable):
     >>> path, leaf = flat[1]
     >>> path, leaf.get_value()
     (('b',), 1.0)
+
+    As in Flax it compares and hashes by identity; compare ``paths`` and ``leaves`` instead.
     """
 
     __slots__ = ("_keys", "_values")
@@ -311,14 +329,6 @@ class FlatState(tp.Sequence[tuple[Path, tp.Any]], _reprlib.Representable):
         yield _reprlib.Object(type="FlatState", kv_sep="", start="([", end="])")
         for pair in self:
             yield _reprlib.Attr("", pair, use_raw_key=True)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, FlatState):
-            return NotImplemented
-        return self._keys == other._keys and all(
-            _leaf_equal(a, b) for a, b in zip(self._values, other._values))
-
-    __hash__ = None  # type: ignore[assignment]
 
     def to_nested_state(self) -> State:
         return from_flat_state(self)

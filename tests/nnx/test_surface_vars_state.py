@@ -199,3 +199,109 @@ def test_to_state_takes_value_and_updates():
     assert v.get_metadata("tag") == "a"
     assert variablelib.is_array_ref(v.to_state(_copy_ref=False).value)
     assert v.to_state(value=jnp.zeros(1)).value.tolist() == [0.0]
+
+
+# -- State and FlatState --------------------------------------------------------------------------
+
+
+def test_state_copy_flag_and_settable():
+    raw = {"a": {"b": 1}}
+    copied = nnx.State(raw)
+    assert isinstance(copied["a"], nnx.State) and copied["a"] is not raw["a"]
+    shared = nnx.State(raw, _copy=False)
+    shared["c"] = 2
+    assert raw["c"] == 2 and shared.raw_mapping is raw
+    assert hasattr(shared, "__dict__")  # not __slots__-only, as in Flax
+    with pytest.raises(TypeError):
+        nnx.State(raw, False)  # _copy is keyword-only
+
+
+def test_state_merge_is_a_classmethod():
+    class MyState(nnx.State):
+        pass
+
+    merged = MyState.merge(nnx.State({"a": 1}), nnx.State({"b": {"c": 2}}))
+    assert type(merged) is MyState and merged["b"]["c"] == 2
+    assert isinstance(inspect.getattr_static(nnx.State, "merge"), classmethod)
+
+
+def test_flat_state_hashes_by_identity_and_is_generic():
+    state = nnx.State({"a": nnx.Param(1.0)})
+    f1, f2 = nnx.to_flat_state(state), nnx.to_flat_state(state)
+    assert f1 != f2 and f1 == f1 and {f1: 1}[f1] == 1
+    assert f1.paths == f2.paths
+    assert nnx.FlatState[int] is not None
+
+
+# -- rnglib ---------------------------------------------------------------------------------------
+
+
+def test_rngs_default_by_keyword():
+    a, b = nnx.Rngs(default=3), nnx.Rngs(3)
+    assert jnp.array_equal(jax.random.key_data(a()), jax.random.key_data(b()))
+
+
+def test_not_key_is_a_path_value_filter():
+    from flaxen.nnx import rnglib
+
+    rngs = nnx.Rngs(0)
+    assert rnglib.NotKey(path=("default", "count"), x=rngs.default.count)
+    assert not rnglib.NotKey(("default", "key"), rngs.default.key)
+    assert not rnglib.NotKey((), nnx.Param(1.0))
+
+
+def test_split_backups_is_a_struct_dataclass():
+    from flaxen import struct
+    from flaxen.nnx.rnglib import SplitBackups
+
+    rngs = nnx.Rngs(0)
+    backups = nnx.split_rngs(rngs, splits=3)
+    assert isinstance(backups, struct.PyTreeNode) and dataclasses.is_dataclass(backups)
+    assert [f.name for f in dataclasses.fields(backups)] == ["backups"]
+    assert SplitBackups[tuple] is not None and not hasattr(backups, "__len__")
+    assert backups == backups.replace(backups=backups.backups)
+    assert rngs.default.key.value.shape == (3,)
+    nnx.restore_rngs(backups)
+    assert rngs.default.key.value.shape == ()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        backups.backups = []
+
+
+# -- pytreelib / module ---------------------------------------------------------------------------
+
+
+def test_pytree_state_flags():
+    from flaxen.nnx import reprlib
+    from flaxen.nnx.pytreelib import PytreeState
+
+    state = PytreeState(initializing=True, is_setup=True)
+    assert state.initializing and state.is_setup and isinstance(state, reprlib.Representable)
+    assert not PytreeState().initializing
+    assert nnx.Linear(1, 1, rngs=nnx.Rngs(0))._pytree__state.is_setup is False
+
+
+def test_dict_hashable_mapping_repr():
+    from flaxen.nnx import reprlib
+
+    d = nnx.Dict(a=1)
+    assert isinstance(d, reprlib.MappingReprMixin) and hash(d) == id(d)
+    assert d == nnx.Dict(a=1) and d != nnx.Dict(a=2)
+    assert {d} == {d}
+
+
+def test_list_unhashable_sequence_repr():
+    from flaxen.nnx import reprlib
+
+    lst = nnx.List([1, 2])
+    assert isinstance(lst, reprlib.SequenceReprMixin)
+    with pytest.raises(TypeError):
+        hash(lst)
+    assert lst == [1, 2] and lst == nnx.List([1, 2]) and lst != nnx.List([3])
+    assert dataclasses.fields(lst) == ()
+
+
+def test_check_pytree_parameter_name():
+    m = nnx.Linear(1, 1, rngs=nnx.Rngs(0))
+    nnx.check_pytree(pytree=m)
+    with pytest.raises(TypeError, match="nnx.Pytree"):
+        nnx.check_pytree(pytree=1)
