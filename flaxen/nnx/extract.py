@@ -21,12 +21,22 @@ True
 
 from __future__ import annotations
 
+# abc, dataclasses, functools, inspect, namedtuple, filterlib, graphlib, reprlib,
+# variablelib, typing (flaxen's), Pytree, Missing, PathParts: what Flax's module imports for
+# its own use, reachable from here as user code sometimes reaches for them
+import abc  # noqa: F401
+import dataclasses  # noqa: F401
+import functools  # noqa: F401
+import inspect  # noqa: F401
 import typing as tp
+from collections import namedtuple  # noqa: F401
 
 import jax
 
 from flaxen import struct
+from flaxen import typing as typing  # noqa: F401
 from flaxen.errors import NNXTransformError
+from flaxen.nnx import filterlib, graphlib, reprlib, variablelib  # noqa: F401
 from flaxen.nnx._extract_args import OrderedDict, filter_kwargs, labeled, treemap_copy_args
 from flaxen.nnx._extract_prefix import (
     ExtractIndex,
@@ -73,11 +83,13 @@ from flaxen.nnx._tree_state import (
     to_tree2,
 )
 from flaxen.nnx.graphlib import GraphDef
+from flaxen.nnx.pytreelib import Pytree  # noqa: F401
 from flaxen.nnx.statelib import FlatState, State
 from flaxen.nnx.transforms import _common
 from flaxen.nnx.transforms._axes import NodePrefix, prefix
 from flaxen.nnx.transforms._common import PrefixMapping
 from flaxen.nnx.variablelib import Variable
+from flaxen.typing import Missing, PathParts  # noqa: F401
 
 __all__ = [
     "A", "B", "ExtractIndex", "F", "GraphDefState", "Index", "KeepFn", "KeyPath", "Leaf",

@@ -30,6 +30,17 @@ def test_typevars_and_aliases():
     assert tp.get_origin(extract.KeepFn) is tp.get_origin(tp.Callable[[], bool])
 
 
+def test_names_flax_imports_for_its_own_use_are_reachable():
+    import collections
+
+    import flaxen.typing
+
+    assert extract.graphlib is nnx.graphlib and extract.variablelib is nnx.variablelib
+    assert extract.typing is flaxen.typing and extract.struct is struct
+    assert extract.Missing is flaxen.typing.Missing and extract.Pytree is nnx.Pytree
+    assert extract.namedtuple is collections.namedtuple and extract.State is nnx.State
+
+
 # -- prefixes ---------------------------------------------------------------------------------
 
 def test_broadcast_prefix_repeats_each_prefix_leaf():
