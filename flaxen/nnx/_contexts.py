@@ -48,52 +48,56 @@ import functools
 import threading
 import typing as tp
 
-import jax
-
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import _graph_ops as _ops
 from flaxen.nnx import _graphdef, filterlib, graphlib
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graph_ops import RefMap
-from flaxen.nnx._graphdef import NodeDef, NodeRef, Static, VariableDef
+from flaxen.nnx._graphdef import (
+    NO_UPDATE,
+    ArrayRefOutput,
+    NodeDef,
+    NodeRef,
+    NoUpdate,
+    Static,
+    VariableDef,
+)
 from flaxen.nnx.graphlib import GraphDef, IndexMap
 from flaxen.nnx.statelib import FlatState, State
 from flaxen.nnx.variablelib import Variable, is_array_ref
 
 __all__ = [
-    "NO_UPDATE", "ArrayRefOutput", "MergeContext", "NoUpdate", "SplitContext", "UpdateContext",
-    "UpdateContextManager", "current_update_context", "merge_context", "split_context",
+    "GRAPH_CONTEXT", "NO_UPDATE", "ArrayRefOutput", "GraphContext", "MergeContext", "NoUpdate",
+    "SplitContext", "StaticCache", "UpdateContext", "UpdateContextManager",
+    "current_update_context", "merge_context", "split_context", "static_cache",
     "update_context",
 ]
 
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
 
 
-# -- placeholders for Ref-backed Variables ---------------------------------------------------
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class NoUpdate:
-    """The value an inner split gives a Ref-backed Variable that copies an outer one: the
-    Ref was updated in place, so the outer Variable keeps its own (a pytree with no leaves)."""
-
-
-NO_UPDATE = NoUpdate()
-jax.tree_util.register_static(NoUpdate)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ArrayRefOutput:
-    """The value an inner split gives a Ref-backed Variable created inside the transform:
-    the array read out of its Ref; the outer merge puts it in a fresh ``jax.Ref``."""
-
-    value: tp.Any
-
-
-jax.tree_util.register_dataclass(ArrayRefOutput, data_fields=["value"], meta_fields=[])
-
-
 # -- the update context ----------------------------------------------------------------------
 
+class StaticCache(tp.NamedTuple):
+    """What a cached graph node of ``cached_partial`` keeps between calls: its graph
+    definition before and after a call (``final_graphdef``, every object tagged with its own
+    outer index), its leaves' paths and Variables, and the numbering of its objects."""
+
+    graphdef: tp.Any
+    final_graphdef: tp.Any
+    paths: tuple
+    variables: list
+    new_ref_index: RefMap
+    new_index_ref: IndexMap
+
+    @staticmethod
+    def create(graphdef: tp.Any, paths: tuple, variables: list, new_ref_index: RefMap
+               ) -> StaticCache:
+        return StaticCache(graphdef, graphdef.with_same_outer_index(), paths, variables,
+                           new_ref_index, IndexMap.from_refmap(new_ref_index))
+
+
+@dataclasses.dataclass(eq=False, repr=False)
 class UpdateContext:
     """What the four split/merge steps of one ``update_context(tag)`` share (see the module
     docstring). Opaque and static: every instance is equal to every other and hashes to 0, so
@@ -105,12 +109,13 @@ class UpdateContext:
     True
     """
 
-    def __init__(self, tag: tp.Hashable) -> None:
-        self.tag = tag
-        self.outer_ref_outer_index: RefMap | None = None  # (1): original -> number
-        self.outer_index_outer_ref: IndexMap | None = None  # (1): number -> original
-        self.outer_index_inner_ref: IndexMap | None = None  # (2): number -> inner copy
-        self.inner_ref_outer_index: RefMap | None = None  # (2): inner copy -> number
+    tag: tp.Hashable
+    outer_ref_outer_index: RefMap | None  # (1): original -> number
+    outer_index_inner_ref: IndexMap | None  # (2): number -> inner copy
+    outer_index_outer_ref: IndexMap | None  # (1): number -> original
+    inner_ref_outer_index: RefMap | None  # (2): inner copy -> number
+    # the caches of a static_cache(...) block this context took over (see cached_partial)
+    static_cache: tp.MutableMapping[tp.Any, StaticCache] | None
 
     def __hash__(self) -> int:
         return 0
@@ -137,27 +142,83 @@ class UpdateContext:
             self.inner_ref_outer_index = RefMap.from_indexmap(index_ref)
 
 
-class _Stacks(threading.local):
-    def __init__(self) -> None:
-        self.update: dict[tp.Hashable, list[UpdateContext]] = {}
+def _mode_stack(name: str) -> tp.Callable[[], list[bool]]:
+    def stack() -> list[bool]:
+        # upward: the mode settings' own per-thread stack, so both names see one list
+        from flaxen.nnx import _modes
+
+        return getattr(_modes, name).get_stack()
+
+    return stack
 
 
-_STACKS = _Stacks()
+@dataclasses.dataclass
+class GraphContext(threading.local):
+    """The per-thread state of the graph contexts: open update contexts by tag, the split
+    and merge contexts in use, a ``static_cache`` waiting for its update context, and the
+    ``set_graph_mode`` / ``set_graph_updates`` stacks.
+
+    >>> from flaxen import nnx
+    >>> with nnx.split_context() as ctx:
+    ...     GRAPH_CONTEXT.ref_index_stack[-1] is ctx
+    True
+    """
+
+    update_context_stacks: dict[tp.Hashable, list[UpdateContext]] = dataclasses.field(
+        default_factory=dict)
+    ref_index_stack: list[SplitContext] = dataclasses.field(default_factory=list)
+    index_ref_stack: list[MergeContext] = dataclasses.field(default_factory=list)
+    tmp_static_cache: tp.MutableMapping[tp.Any, StaticCache] | None = None
+    caching: bool = False
+    graph_mode_stack: list[bool] = dataclasses.field(
+        default_factory=_mode_stack("set_graph_mode"))
+    graph_updates_stack: list[bool] = dataclasses.field(
+        default_factory=_mode_stack("set_graph_updates"))
 
 
+GRAPH_CONTEXT = GraphContext()
+
+
+@contextlib.contextmanager
+def static_cache(static_cache: tp.MutableMapping[tp.Any, StaticCache]) -> tp.Iterator[None]:
+    """Hands ``static_cache`` to the next :class:`UpdateContext` opened inside the block (a
+    transform's), which keeps it as ``ctx.static_cache``; leaving the block with nobody
+    having taken it is an error.
+
+    >>> from flaxen import nnx
+    >>> with static_cache({}):
+    ...     with nnx.update_context('c') as ctx:
+    ...         ctx.static_cache
+    {}
+    """
+    if GRAPH_CONTEXT.caching:
+        yield
+        return
+    GRAPH_CONTEXT.tmp_static_cache = static_cache
+    try:
+        yield
+    finally:
+        if GRAPH_CONTEXT.tmp_static_cache is not None:
+            GRAPH_CONTEXT.tmp_static_cache = None
+            raise ValueError(
+                "static_cache: no update context took the cache (GRAPH_CONTEXT."
+                "tmp_static_cache is still set). Call an NNX transform inside the block.")
+
+
+@dataclasses.dataclass
 class UpdateContextManager:
     """``with``-able and decorator form of :func:`update_context`."""
 
-    def __init__(self, tag: tp.Hashable) -> None:
-        self.tag = tag
+    tag: tp.Hashable
 
     def __enter__(self) -> UpdateContext:
-        ctx = UpdateContext(self.tag)
-        _STACKS.update.setdefault(self.tag, []).append(ctx)
+        cache, GRAPH_CONTEXT.tmp_static_cache = GRAPH_CONTEXT.tmp_static_cache, None
+        ctx = UpdateContext(self.tag, None, None, None, None, cache)
+        GRAPH_CONTEXT.update_context_stacks.setdefault(self.tag, []).append(ctx)
         return ctx
 
     def __exit__(self, *exc: tp.Any) -> None:
-        stack = _STACKS.update.get(self.tag)
+        stack = GRAPH_CONTEXT.update_context_stacks.get(self.tag)
         if not stack:
             raise RuntimeError(
                 f"update_context({self.tag!r}) exited but no context of that tag is open; "
@@ -166,7 +227,7 @@ class UpdateContextManager:
         ctx.outer_ref_outer_index = ctx.outer_index_outer_ref = None
         ctx.outer_index_inner_ref = ctx.inner_ref_outer_index = None
         if not stack:
-            del _STACKS.update[self.tag]
+            del GRAPH_CONTEXT.update_context_stacks[self.tag]
 
     def __call__(self, f: F) -> F:
         @functools.wraps(f)
@@ -209,7 +270,7 @@ def current_update_context(tag: tp.Hashable) -> UpdateContext:
     ...     nnx.current_update_context('x').tag
     'x'
     """
-    stack = _STACKS.update.get(tag)
+    stack = GRAPH_CONTEXT.update_context_stacks.get(tag)
     if not stack:
         raise ValueError(
             f"No update context found for tag {tag!r}: open one first with "
@@ -227,6 +288,7 @@ def _is_object(x: tp.Any) -> bool:
     return isinstance(x, (GraphNode, Variable))
 
 
+@dataclasses.dataclass(repr=False)
 class SplitContext:
     """Splits several nodes with one numbering of their objects (see :func:`split_context`).
 
@@ -234,11 +296,11 @@ class SplitContext:
     ``ctxtag``) when the context exits.
     """
 
-    def __init__(self, ctxtag: tp.Hashable | None, ref_index: RefMap, is_inner: bool | None
-                 ) -> None:
-        self.ctxtag = ctxtag
-        self.ref_index = ref_index
-        self.is_inner = is_inner
+    ctxtag: tp.Hashable | None
+    ref_index: RefMap
+    is_inner: bool | None
+
+    def __post_init__(self) -> None:
         self._roots: list = []  # the nodes walked so far, re-walked first to keep numbers
         self._n_leaves = 0
 
@@ -266,7 +328,7 @@ class SplitContext:
                            if fg.refs[i] in ref_outer}
             leaves = [_ref_output(v, v in ref_outer) if isinstance(v, Variable)
                       and is_array_ref(v.raw_value) else v for v in leaves]
-        return GraphDef(fg.defs[-1:], outer_index), paths, leaves
+        return GraphDef(fg.defs[-1:], outer_index=outer_index), paths, leaves
 
     def split(self, node: tp.Any, *filters: filterlib.Filter) -> tuple:
         """``(graphdef, state, ...)`` like :func:`flaxen.nnx.split`, numbering objects for
@@ -334,9 +396,11 @@ def split_context(ctxtag: tp.Hashable | None = None) -> tp.Iterator[SplitContext
     ctx = _update_ctx(ctxtag)
     is_inner = None if ctx is None else ctx.outer_ref_outer_index is not None
     split_ctx = SplitContext(ctxtag, RefMap(), is_inner)
+    GRAPH_CONTEXT.ref_index_stack.append(split_ctx)
     try:
         yield split_ctx
     finally:
+        GRAPH_CONTEXT.ref_index_stack.pop()
         if ctxtag is not None:
             current_update_context(ctxtag).flatten_end(split_ctx.ref_index)
         del split_ctx.ref_index, split_ctx.ctxtag
@@ -380,16 +444,15 @@ def _external_refs(defs: tuple, index_ref: tp.Mapping[int, tp.Any]) -> tuple:
     return tuple(fix(d) for d in defs)
 
 
+@dataclasses.dataclass(repr=False)
 class MergeContext:
     """Merges several graph definitions made by one :class:`SplitContext` (see
     :func:`merge_context`). ``index_ref`` maps each number to the object built for it; it is
     removed (with ``ctxtag``) when the context exits."""
 
-    def __init__(self, ctxtag: tp.Hashable | None, index_ref: IndexMap, is_inner: bool | None
-                 ) -> None:
-        self.ctxtag = ctxtag
-        self.index_ref = index_ref
-        self.is_inner = is_inner
+    ctxtag: tp.Hashable | None
+    index_ref: IndexMap
+    is_inner: bool | None
 
     def merge(self, graphdef: tp.Any, state: tp.Any, /, *states: tp.Any) -> tp.Any:
         """The object of ``graphdef`` built around copies of the states' Variables (the
@@ -493,9 +556,11 @@ def merge_context(ctxtag: tp.Hashable | None = None, inner: bool | None = None
     True
     """
     merge_ctx = MergeContext(ctxtag, IndexMap(), inner)
+    GRAPH_CONTEXT.index_ref_stack.append(merge_ctx)
     try:
         yield merge_ctx
     finally:
+        GRAPH_CONTEXT.index_ref_stack.pop()
         if ctxtag is not None:
             if inner is None:
                 raise ValueError(

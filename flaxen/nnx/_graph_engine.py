@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from flaxen.errors import GraphUpdateStaticError
+from flaxen.nnx import _node_protocol as _proto
 from flaxen.nnx import _trace
 from flaxen.nnx._graph_node import GraphNode, new_node
 from flaxen.nnx._graphdef import (
@@ -38,6 +39,7 @@ from flaxen.nnx._graphdef import (
     Static,
     VariableDef,
     freeze,
+    thaw,
 )
 from flaxen.nnx.statelib import State, _sort_keys
 from flaxen.nnx.variablelib import Variable, VariableState
@@ -53,6 +55,9 @@ _tree_leaves = jax.tree_util.tree_leaves
 _is = operator.is_
 _get_raw = operator.attrgetter("raw_value")
 MISSING = object()  # a leaf with no new value (unflatten keeps the existing one)
+# types registered with nnx.register_graph_node_type / register_pytree_node_type (not JAX
+# pytrees): the walk and the builder go through their node implementation
+_USER_TYPES = _proto.USER_TYPES
 
 
 def _freeze_meta(meta: dict) -> tuple:
@@ -91,13 +96,13 @@ def is_pytree_node(x: tp.Any) -> bool:
 
 def _has_graph_leaves(x: tp.Any) -> bool:
     for leaf in _tree_leaves(x, is_leaf=_is_graph_leaf):
-        if isinstance(leaf, (Variable, GraphNode, *_ARRAYS)):
+        if isinstance(leaf, (Variable, GraphNode, *_ARRAYS)) or type(leaf) in _USER_TYPES:
             return True
     return False
 
 
 def _is_graph_leaf(x: tp.Any) -> bool:
-    return isinstance(x, (Variable, GraphNode))
+    return isinstance(x, (Variable, GraphNode)) or type(x) in _USER_TYPES
 
 
 class FlatGraph:
@@ -157,6 +162,9 @@ def _snapshot(x: tp.Any) -> tuple:
     t = type(x)
     if t is list:
         return tuple(x)
+    if t in _USER_TYPES:  # a registered node: its keys and children, by identity
+        items = _USER_TYPES[t].flatten(x)[0]
+        return (*[k for k, _ in items], *[v for _, v in items])
     m = x._mapping if t is State else x
     return (*m, *m.values())
 
@@ -221,6 +229,8 @@ def flatten(roots: tp.Sequence[tp.Any], root_paths: tp.Sequence[tuple] | None = 
             leaves.append(x)
             paths.append(path)
             return VariableDef(ArrayLeaf, -1, ())
+        if tx in _USER_TYPES:
+            return registered(x, tx, path)
         full_def: tp.Any  # jax's PyTreeDef (unresolved by mypy)
         full, full_def = _tree_flatten(x, is_leaf=_is_graph_leaf)
         if full_def.num_nodes == 1 and full_def.num_leaves == 1:  # x itself is a leaf
@@ -238,6 +248,31 @@ def flatten(roots: tp.Sequence[tp.Any], root_paths: tp.Sequence[tuple] | None = 
             containers.append((x, full_def, full))
         attrs = tuple((k, visit(c, (*path, k))) for k, c in children)
         return NodeDef(PytreeType, -1, attrs, treedef)
+
+    def registered(x: tp.Any, tx: type, path: tuple) -> tp.Any:
+        impl = _USER_TYPES[tx]
+        graph = type(impl) is _proto.GraphNodeImpl
+        i = -1
+        if graph:  # shared by identity, like a Module
+            j = ids.get(id(x))
+            if j is not None:
+                return NodeRef(tx, j)
+            i = ids[id(x)] = len(refs)
+            refs.append(x)
+        items, aux = impl.flatten(x)
+        # a mutation through the type's own methods bumps no epoch: re-checked like a list
+        containers.append((x, None, _snapshot(x)))
+        attrs: list[tuple[tp.Any, tp.Any]] = []
+        for k, v in items:
+            if type(v) is _proto.StaticElem:
+                attrs.append((k, Static(freeze(v.value))))
+            elif type(v) is _proto.DataElem:
+                v = v.value
+                attrs.append((k, leaf((*path, k), v) if type(v) in _DATA_NUMBERS
+                              else visit(v, (*path, k))))
+            else:
+                attrs.append((k, visit(v, (*path, k))))
+        return NodeDef(tx, i, tuple(attrs), freeze(aux))
 
     if root_paths is None:
         defs = tuple(visit(r, ()) for r in roots)
@@ -351,6 +386,8 @@ def unflatten(defs: tuple, leaves: tp.Sequence[tp.Any],
             return var
         if d.type is PytreeType:
             return d.metadata.unflatten([build(s) for _, s in d.attributes])
+        if d.type in _USER_TYPES:
+            return build_registered(d)
         str_keys = d.type._graph_int_keys
         obj = reuse.get(d.index) if reuse else None
         if obj is not None and type(obj) is d.type:
@@ -374,6 +411,20 @@ def unflatten(defs: tuple, leaves: tp.Sequence[tp.Any],
             od[str(k) if str_keys else k] = build(s)
         return obj
 
+    def build_registered(d: NodeDef) -> tp.Any:
+        impl = _USER_TYPES[d.type]
+        aux = thaw(d.metadata)
+        if type(impl) is not _proto.GraphNodeImpl:
+            return impl.unflatten([(k, build(s)) for k, s in d.attributes], aux)
+        obj = reuse.get(d.index) if reuse else None
+        if obj is not None and type(obj) is d.type:
+            impl.clear(obj)
+        else:
+            obj = impl.create_empty(aux)
+        built[d.index] = obj  # before the children: a node may hold itself
+        impl.init(obj, [(k, build(s)) for k, s in d.attributes])
+        return obj
+
     roots = [build(d) for d in defs]
     if reuse:
         _EPOCH[0] += 1
@@ -383,19 +434,11 @@ def unflatten(defs: tuple, leaves: tp.Sequence[tp.Any],
 # -- static update -------------------------------------------------------------------------
 
 def _attrs(x: tp.Any) -> list[tuple[tp.Any, tp.Any]]:
-    if isinstance(x, GraphNode):
-        return list(x.__dict__.items())
-    return flatten_pytree(x)[0]
+    return _proto.children(x) or []
 
 
 def _set_attr(x: tp.Any, key: tp.Any, value: tp.Any, path: tuple) -> None:
-    if isinstance(x, GraphNode):
-        x.__dict__[key] = value
-    elif isinstance(x, list) and key == len(x):
-        x.append(value)
-    elif isinstance(x, (list, dict)):
-        x[key] = value
-    else:
+    if not _proto.set_child(x, key, value):
         raise GraphUpdateStaticError(
             path_str(path), f"a {type(x).__name__} is immutable, its attribute {key!r} "
             "cannot be set in place")
@@ -418,7 +461,8 @@ def graph_update_static(node: tp.Any, updates: tp.Any) -> None:
         current = dict(_attrs(n))
         for key, value in _attrs(u):
             sub = (*path, key)
-            if isinstance(value, GraphNode) or is_pytree_node(value):
+            if _proto.is_graph_object(value) and not isinstance(value, Variable) \
+                    or is_pytree_node(value) or type(value) in _USER_TYPES:
                 if key in current:
                     walk(current[key], value, sub)
                 elif id(value) in seen:

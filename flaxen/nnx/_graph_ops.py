@@ -32,6 +32,7 @@ from flaxen import traceback_util
 from flaxen.errors import GraphStateMismatchError, NNXFilterError, NotAGraphNodeError
 from flaxen.nnx import _codegen, _graphdef, filterlib
 from flaxen.nnx import _graph_engine as eng
+from flaxen.nnx import reprlib as _reprlib
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graphdef import NodeDef, PytreeType, VariableDef
 from flaxen.nnx.statelib import State
@@ -102,7 +103,7 @@ class _ApplyCaller:
         return lambda *args, **kwargs: self._call(name, args, kwargs)
 
 
-class RefMap(MutableMapping):
+class RefMap(MutableMapping, _reprlib.MappingReprMixin):
     """A dict keyed by object identity (graph nodes and Variables) -> walk index."""
 
     def __init__(self, items: tp.Iterable[tuple[tp.Any, int]] = ()) -> None:
@@ -139,7 +140,7 @@ class RefMap(MutableMapping):
 
 def is_node(x: tp.Any) -> bool:
     """True for what split accepts as a root: graph nodes and pytree containers."""
-    return isinstance(x, GraphNode) or eng.is_pytree_node(x)
+    return isinstance(x, GraphNode) or eng.is_pytree_node(x) or type(x) in eng._USER_TYPES
 
 
 def _intern(new: eng.FlatGraph, old: eng.FlatGraph | None) -> None:
@@ -156,7 +157,7 @@ def flatten_node(node: tp.Any) -> eng.FlatGraph:
 
 def _check_node(node: tp.Any, fn: str) -> None:
     if not isinstance(node, (GraphNode, Variable, list, dict, tuple, State)) \
-            and not eng.is_pytree_node(node):
+            and not eng.is_pytree_node(node) and type(node) not in eng._USER_TYPES:
         raise NotAGraphNodeError(
             "", f"nnx.{fn} expects a graph node or a container of them, got a "
             f"{type(node).__name__}")

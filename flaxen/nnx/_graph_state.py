@@ -16,25 +16,34 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import typing as tp
-from collections.abc import Mapping
+from collections.abc import MutableMapping
 
 import jax
 
+from flaxen.nnx import reprlib
 from flaxen.nnx.statelib import State
 
 __all__ = ["GraphState"]
 
 
-class GraphState(Mapping):
+A = tp.TypeVar("A")
+
+
+@dataclasses.dataclass(init=False, repr=False, eq=False)
+class GraphState(MutableMapping, reprlib.Representable, tp.Generic[A]):
     """A State bundled with its GraphDef (what :func:`unpack` returns): ``nnx.merge`` takes
-    GraphStates alone, and it is a pytree with the same paths as its State."""
+    GraphStates alone, and it is a pytree with the same paths as its State. Attribute writes
+    go to the State (``_graphdef`` and ``_state`` are its two fields)."""
 
     __slots__ = ("_graphdef", "_state")
+    _graphdef: tp.Any
+    _state: State
 
-    def __init__(self, graphdef: tp.Any, state: State) -> None:
-        object.__setattr__(self, "_graphdef", graphdef)
-        object.__setattr__(self, "_state", state)
+    def __init__(self, _graphdef: tp.Any, _state: State) -> None:
+        object.__setattr__(self, "_graphdef", _graphdef)
+        object.__setattr__(self, "_state", _state)
 
     def __getitem__(self, key: tp.Any) -> tp.Any:
         return self._state[key]
@@ -61,6 +70,10 @@ class GraphState(Mapping):
 
     def __setattr__(self, name: str, value: tp.Any) -> None:
         setattr(self._state, name, value)
+
+    def __nnx_repr__(self) -> tp.Iterator[reprlib.Object | reprlib.Attr]:
+        yield reprlib.Object(type=type(self))
+        yield reprlib.Attr("state", self._state)
 
     def __repr__(self) -> str:
         return f"GraphState({self._state!r})"

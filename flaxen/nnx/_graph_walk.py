@@ -24,6 +24,7 @@ import jax
 
 from flaxen.nnx import _codegen, filterlib
 from flaxen.nnx import _graph_engine as eng
+from flaxen.nnx import _node_protocol as _proto
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._modes import set_graph_mode
 from flaxen.nnx.variablelib import Variable, is_array_ref
@@ -167,17 +168,12 @@ def tree_flatten_cached(node: tp.Any, walk: tp.Callable[[tp.Any], eng.FlatGraph]
 # -- iteration -----------------------------------------------------------------------------
 
 def _node_items(x: tp.Any) -> list[tuple[tp.Any, tp.Any]]:
-    if isinstance(x, GraphNode):
-        d = x.__dict__
-        if type(x)._graph_int_keys:
-            return [(int(k) if k.isdigit() else k, d[k])
-                    for k in sorted(d, key=lambda k: (0, int(k)) if k.isdigit() else (1, k))]
-        return [(k, d[k]) for k in sorted(d)]
-    return eng.flatten_pytree(x)[0]
+    # the node protocol's one order (the graph engine walks the same)
+    return _proto.children(x) or []
 
 
 def _is_walked(x: tp.Any) -> bool:
-    return isinstance(x, GraphNode) or eng.is_pytree_node(x)
+    return isinstance(x, GraphNode) or eng.is_pytree_node(x) or type(x) in eng._USER_TYPES
 
 
 def iter_graph(node: tp.Any, /, *, graph: bool | None = None
@@ -189,7 +185,7 @@ def iter_graph(node: tp.Any, /, *, graph: bool | None = None
     seen: set[int] = set()
 
     def walk(x: tp.Any, path: tuple) -> tp.Iterator:
-        if isinstance(x, (Variable, GraphNode)):
+        if _proto.is_graph_object(x):
             if id(x) in seen:
                 return
             seen.add(id(x))

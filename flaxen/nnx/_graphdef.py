@@ -36,6 +36,8 @@ from flaxen._hashing import unwrap as thaw
 from flaxen.nnx import reprlib as _reprlib
 
 Key = tp.Hashable
+A = tp.TypeVar("A")
+Node = tp.TypeVar("Node")
 
 
 class PytreeType:
@@ -47,43 +49,100 @@ class ArrayLeaf:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Static:
-    """A static attribute value."""
+class Static(tp.Generic[A]):
+    """A static attribute value (hashable: held frozen, see :func:`get`)."""
 
-    value: tp.Any
+    value: A
 
     def get(self) -> tp.Any:
         return thaw(self.value)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class NodeRef:
+class _SameOuterIndex:
+    """Flax's ``with_*_outer_index`` methods of one definition. flaxen keeps the outer
+    indices of a walk on its :class:`GraphDef` (``outer_index``), not on each definition, so
+    a definition is its own copy with any outer index."""
+
+    __slots__ = ()
+
+    def with_no_outer_index(self: A) -> A:
+        return self
+
+    def with_same_outer_index(self: A) -> A:
+        return self
+
+    def with_matching_outer_index(self: A, other: tp.Any) -> A:
+        del other
+        return self
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeRef(_SameOuterIndex, tp.Generic[Node], _reprlib.Representable):
     """A second (or later) occurrence of the shared object numbered ``index``."""
 
     type: type
     index: int
 
+    def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
+        yield _reprlib.Object(type=type(self))
+        yield _reprlib.Attr("index", self.index)
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class VariableDef:
+
+@dataclasses.dataclass(frozen=True)
+class VariableDef(_SameOuterIndex, _reprlib.Representable, tp.Generic[Node]):
     """A Variable of class ``type`` (or a bare array: ``type is ArrayLeaf``)."""
 
     type: type
     index: int
     metadata: tuple  # ((name, frozen value), ...) sorted by name
 
+    @property
+    def outer_index(self) -> int | None:
+        """Always None here: a walk's outer indices live on its :class:`GraphDef`."""
+        return None
+
+    @property
+    def array_refdef(self) -> None:
+        """Always None: a ``jax.Ref`` value is a leaf of the Variable, not a definition."""
+        return None
+
     def thawed_metadata(self) -> dict:
         return {k: thaw(v) for k, v in self.metadata} if self.metadata else {}
 
+    def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
+        yield _reprlib.Object(type=type(self))
+        yield _reprlib.Attr("type", self.type.__name__)
+        yield _reprlib.Attr("index", self.index)
+        yield _reprlib.Attr("outer_index", None)
+        yield _reprlib.Attr("metadata", _reprlib.PrettyMapping(self.thawed_metadata()))
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class NodeDef:
+class NodeDef(_SameOuterIndex, tp.Generic[Node], _reprlib.Representable):
     """A graph node or pytree container and the definitions of its attributes."""
 
     type: type
     index: int
     attributes: tuple  # ((key, Def), ...)
     metadata: tp.Any = None  # the one-level treedef of a pytree container
+
+    @property
+    def outer_index(self) -> int | None:
+        """Always None here: a walk's outer indices live on its :class:`GraphDef`."""
+        return None
+
+    @property
+    def num_attributes(self) -> int:
+        return len(self.attributes)
+
+    def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
+        yield _reprlib.Object(type=type(self))
+        yield _reprlib.Attr("type", "GenericPytree" if self.type is PytreeType
+                            else self.type.__name__)
+        yield _reprlib.Attr("index", None if self.index == -1 else self.index)
+        yield _reprlib.Attr("outer_index", None)
+        yield _reprlib.Attr("num_attributes", len(self.attributes))
+        yield _reprlib.Attr("metadata", self.metadata)
 
     @property
     def subgraphs(self) -> dict[Key, NodeDef | NodeRef]:
@@ -99,6 +158,76 @@ class NodeDef:
 
 
 Def = NodeDef | VariableDef | NodeRef | Static
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class ArrayRefDef(_reprlib.Representable):
+    """Flax's definition of a ``jax.Ref`` met in a walk (``index`` among the walk's shared
+    objects). flaxen's walk keeps a Ref as the value of its Variable, so it makes none of
+    these itself; the class is here for code that builds or inspects them."""
+
+    index: int
+    outer_index: int | None
+
+    def with_no_outer_index(self) -> ArrayRefDef:
+        return ArrayRefDef(self.index, None)
+
+    def with_same_outer_index(self) -> ArrayRefDef:
+        return ArrayRefDef(self.index, self.index)
+
+    def with_matching_outer_index(self, other: tp.Any) -> ArrayRefDef:
+        return ArrayRefDef(self.index, other.outer_index)
+
+    def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
+        yield _reprlib.Object(type=type(self))
+        yield _reprlib.Attr("index", self.index)
+        yield _reprlib.Attr("outer_index", self.outer_index)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeAttr:
+    """In :attr:`GraphDef.attributes`: the attribute holds a node, Variable or Ref."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeafAttr:
+    """In :attr:`GraphDef.attributes`: the attribute holds a bare array (a State leaf)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Repeated:
+    """The leaf of a Ref met a second time in one walk (its value is the first one's)."""
+
+
+NODE_ATTR = NodeAttr()
+LEAF_ATTR = LeafAttr()
+REPEATED = Repeated()
+jax.tree_util.register_static(Repeated)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NoUpdate:
+    """The value an inner split gives a Ref-backed Variable that copies an outer one: the
+    Ref was updated in place, so the outer Variable keeps its own (a pytree with no leaves)."""
+
+
+NO_UPDATE = NoUpdate()
+jax.tree_util.register_static(NoUpdate)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, repr=False)
+class ArrayRefOutput(_reprlib.Representable):
+    """The value an inner split gives a Ref-backed Variable created inside the transform:
+    the array read out of its Ref; the outer merge puts it in a fresh ``jax.Ref``."""
+
+    value: tp.Any
+
+    def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
+        yield _reprlib.Object(type=type(self))
+        yield _reprlib.Attr("value", self.value)
+
+
+jax.tree_util.register_dataclass(ArrayRefOutput, data_fields=["value"], meta_fields=[])
 
 
 def var_defs(defs: tp.Iterable[Def]) -> list[VariableDef]:
@@ -137,8 +266,6 @@ def count_defs(defs: tp.Iterable[Def]) -> int:
     return n
 
 
-Node = tp.TypeVar("Node")
-
 
 class GraphDef(tp.Generic[Node]):
     """The static part of a split graph: hashable, equal for graphs of equal structure.
@@ -169,6 +296,35 @@ class GraphDef(tp.Generic[Node]):
         return self is other or (
             isinstance(other, GraphDef) and self._hash == other._hash and self.defs == other.defs
         )
+
+    @property
+    def attributes(self) -> list[tuple[tp.Any, tp.Any]]:
+        """Flax's flat attribute list: every attribute of every node, in walk order, as
+        ``(key, NODE_ATTR)`` (a node, Variable or shared object), ``(key, LEAF_ATTR)`` (a bare
+        array) or ``(key, Static(value))``."""
+        out: list[tuple[tp.Any, tp.Any]] = []
+
+        def walk(d: tp.Any) -> None:  # a Def; a sub-node's attributes follow its entry
+            for key, sub in d.attributes:
+                t = type(sub)
+                if t is Static:
+                    out.append((key, Static(sub.get())))
+                elif t is VariableDef and sub.type is ArrayLeaf:
+                    out.append((key, LEAF_ATTR))
+                else:
+                    out.append((key, NODE_ATTR))
+                    if t is NodeDef:
+                        walk(sub)
+
+        for d in self.defs:
+            if type(d) is NodeDef:
+                walk(d)
+        return out
+
+    @property
+    def num_leaves(self) -> int:
+        """How many leaves a State of this graph holds (Variables and bare arrays)."""
+        return len(var_defs(self.defs))
 
     @property
     def nodedef(self) -> Def:

@@ -34,6 +34,7 @@ import jax
 
 from flaxen import struct
 from flaxen.errors import InvalidNNXValueError
+from flaxen.nnx import _node_protocol as _proto
 from flaxen.nnx import filterlib
 from flaxen.nnx._graph_node import GraphNode, new_node
 from flaxen.nnx.rnglib import RngCount, RngKey, Rngs, RngStream, RngValue, _zero_counts
@@ -64,12 +65,8 @@ def _modes(graph: bool | None, graph_updates: bool | None) -> tuple[bool, bool]:
 
 
 def _children(x: tp.Any) -> tp.Iterator[tuple[tp.Any, tp.Any]]:
-    if isinstance(x, GraphNode):
-        yield from list(vars(x).items())
-    elif isinstance(x, dict):
-        yield from list(x.items())
-    elif isinstance(x, (list, tuple)):
-        yield from enumerate(x)
+    # the node protocol's one order, as every other walker of the graph
+    yield from _proto.children(x) or ()
 
 
 def iter_streams(node: tp.Any) -> tp.Iterator[tuple[tuple, RngStream]]:

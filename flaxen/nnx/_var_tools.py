@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import typing as tp
 
+from flaxen.nnx import _node_protocol as _proto
 from flaxen.nnx import filterlib
-from flaxen.nnx._graph_engine import flatten_pytree, is_pytree_node, unflatten_pytree
 from flaxen.nnx._graph_node import GraphNode, new_node
 from flaxen.nnx.variablelib import Variable
 
@@ -29,14 +29,9 @@ Path = tuple[tp.Any, ...]
 
 
 def _children(x: tp.Any) -> list[tuple[tp.Any, tp.Any]] | None:
-    """``[(key, child)]`` of a graph node or pytree container; None for a leaf."""
-    if isinstance(x, Variable):
-        return None
-    if isinstance(x, GraphNode):
-        return list(vars(x).items())
-    if is_pytree_node(x):
-        return flatten_pytree(x)[0]
-    return None
+    """``[(key, child)]`` of a graph node or pytree container (the node protocol's one
+    order); None for a leaf."""
+    return _proto.children(x)
 
 
 def iter_variables(node: tp.Any) -> tp.Iterator[tuple[Path, Variable]]:
@@ -51,7 +46,7 @@ def iter_variables(node: tp.Any) -> tp.Iterator[tuple[Path, Variable]]:
         children = _children(x)
         if children is None:
             return
-        if isinstance(x, GraphNode):
+        if _proto.is_graph_object(x):
             if id(x) in seen_nodes:
                 return
             seen_nodes.add(id(x))
@@ -71,20 +66,22 @@ def map_variables(node: A, fn: tp.Callable[[Path, Variable], tp.Any]) -> A:
             if id(x) not in memo:
                 memo[id(x)] = fn(path, x)
             return memo[id(x)]
-        if isinstance(x, GraphNode):
+        kids = _children(x)
+        if kids is None:
+            return x
+        if _proto.is_graph_object(x):
             if id(x) in memo:
                 return memo[id(x)]
-            new = new_node(type(x))
-            memo[id(x)] = new
-            _copy_slots(x, new)
-            new_dict = vars(new)
-            for key, child in vars(x).items():
-                new_dict[key] = rebuild(child, (*path, key))
+            impl = _proto.get_node_impl(x)
+            if isinstance(x, GraphNode):
+                new = new_node(type(x))
+                _copy_slots(x, new)
+            else:
+                new = impl.create_empty(impl.flatten(x)[1])
+            memo[id(x)] = new  # before the children: a node may hold itself
+            impl.init(new, [(k, rebuild(c, (*path, k))) for k, c in kids])
             return new
-        if is_pytree_node(x):
-            items, treedef = flatten_pytree(x)
-            return unflatten_pytree([(k, rebuild(c, (*path, k))) for k, c in items], treedef)
-        return x
+        return _proto.rebuild(x, [(k, rebuild(c, (*path, k))) for k, c in kids])
 
     return rebuild(node, ())
 

@@ -26,11 +26,13 @@ import typing as tp
 from collections.abc import Mapping
 
 import jax
+import numpy as np
 
 from flaxen import traceback_util
 from flaxen.nnx import _codegen, _graphdef, filterlib
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import _graph_ops as _ops
+from flaxen.nnx import _node_protocol as _proto
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graph_ops import (
     PytreeType,
@@ -64,14 +66,60 @@ from flaxen.nnx._graph_walk import (  # walking a graph without splitting it
     recursive_map,
     tree_flatten_cached,
 )
-from flaxen.nnx._graphdef import NodeDef, NodeRef, VariableDef
+from flaxen.nnx._graphdef import (  # Flax's definition classes and markers
+    LEAF_ATTR,
+    NO_UPDATE,
+    NODE_ATTR,
+    REPEATED,
+    ArrayRefDef,
+    ArrayRefOutput,
+    LeafAttr,
+    NodeAttr,
+    NodeDef,
+    NodeRef,
+    NoUpdate,
+    Repeated,
+    Static,
+    VariableDef,
+)
 from flaxen.nnx._modes import set_graph_mode, set_graph_updates
+from flaxen.nnx._node_protocol import (  # the node protocol and its registry
+    GRAPH_REGISTRY,
+    PYTREE_NODE_IMPL,
+    PYTREE_REGISTRY,
+    DataElem,
+    GenericPytree,
+    GraphNodeImpl,
+    IndexesPytreeDef,
+    NodeImplBase,
+    PytreeNodeImpl,
+    StaticElem,
+    get_node_impl,
+    get_node_impl_for_type,
+    is_node_module,
+    is_node_type,
+    is_pytree_node,
+    jax_to_nnx_path,
+    register_graph_node_type,
+    register_pytree_node_type,
+)
+from flaxen.nnx._var_tools import set_metadata, with_vars
 from flaxen.nnx.statelib import FlatState, State, check_paths
-from flaxen.nnx.variablelib import Variable
+from flaxen.nnx.variablelib import Variable, is_array_ref
+from flaxen.typing import Key
 
 __all__ = [
     "FlatState", "GraphDef", "NodeDef", "NodeRef", "PytreeType", "RefMap", "TreeNodeDef",
     "VariableDef", "call", "clone", "compose_mapping",
+    # Flax 0.12.8's graphlib names: the node protocol, definitions, markers, tools
+    "GRAPH_REGISTRY", "LEAF_ATTR", "NODE_ATTR", "NO_UPDATE", "PYTREE_NODE_IMPL",
+    "PYTREE_REGISTRY", "REPEATED", "ArrayRefDef", "ArrayRefOutput", "AttrType", "DataElem",
+    "GenericPytree", "GraphFlatState", "GraphNodeImpl", "Index", "IndexesPytreeDef",
+    "LeafAttr", "LeafType", "Names", "NodeAttr", "NodeDefType", "NodeImpl", "NodeImplBase",
+    "NoUpdate", "PythonRefMap", "PytreeNodeImpl", "Repeated", "Static", "StaticElem",
+    "get_node_impl", "get_node_impl_for_type", "graph_pop", "is_node_leaf", "is_node_module",
+    "is_node_type", "is_pytree_node", "jax_to_nnx_path", "register_graph_node_type",
+    "register_pytree_node_type", "set_metadata", "with_vars",
     "compose_mapping_reversed", "find_duplicates", "flatten", "graph_update_static",
     "graphdef", "is_graph_node", "is_node", "iter_children", "iter_graph", "iter_modules",
     "merge", "pop", "recursive_map", "set_graph_mode", "set_graph_updates", "split", "state",
@@ -79,8 +127,39 @@ __all__ = [
 ]
 
 A = tp.TypeVar("A")
+B = tp.TypeVar("B")
+C = tp.TypeVar("C")
+F = tp.TypeVar("F", bound=tp.Callable)
+HA = tp.TypeVar("HA", bound=tp.Hashable)
+HB = tp.TypeVar("HB", bound=tp.Hashable)
+KeyT = tp.TypeVar("KeyT", bound=Key)
 Node = tp.TypeVar("Node")
+Leaf = tp.TypeVar("Leaf")
+AuxData = tp.TypeVar("AuxData")
+Index = int
+Names = tp.Sequence[int]
+# what a State of a graph holds: Variables, bare arrays and the placeholders of Ref-backed
+# Variables an inner split leaves
+LeafType = tp.Union[Variable, jax.Array, np.ndarray, ArrayRefOutput, NoUpdate]  # noqa: UP007
+GraphFlatState = FlatState[LeafType]  # type: ignore[type-arg]  # generic at runtime
+# typing.Union, as Flax: these are typing forms (X | Y of classes would be a types.UnionType)
+NodeImpl = tp.Union[  # noqa: UP007
+    GraphNodeImpl[Node, Leaf, AuxData], PytreeNodeImpl[Node, Leaf, AuxData]]
+AttrType = tp.Union[NodeAttr, LeafAttr, Static[tp.Any]]  # noqa: UP007
 _MISSING = object()
+
+
+def is_node_leaf(x: tp.Any) -> bool:
+    """True for what a State holds as a leaf: a Variable, an array, a ``jax.Ref``, or an
+    inner split's placeholder (:class:`ArrayRefOutput`, :class:`NoUpdate`).
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> is_node_leaf(nnx.Param(1.0)), is_node_leaf(jnp.ones(1)), is_node_leaf(1.0)
+    (True, True, False)
+    """
+    return isinstance(x, (Variable, jax.Array, np.ndarray, ArrayRefOutput, NoUpdate)) \
+        or is_array_ref(x)
 
 
 def is_graph_node(x: tp.Any) -> bool:
@@ -93,20 +172,50 @@ def is_graph_node(x: tp.Any) -> bool:
 class GraphDef(_graphdef.GraphDef[Node]):
     """The static half of a graph-mode split (hashable, a pytree without leaves).
 
-    ``outer_index`` (set by ``flatten(..., ref_outer_index=...)``) maps this walk's object
-    indices to the indices the same objects had in an outer walk."""
+    ``nodes`` are the root definitions (nested :class:`NodeDef` trees, not Flax's flat list;
+    :attr:`attributes` and :attr:`num_leaves` give Flax's flat views and, when passed, must
+    agree with them). ``outer_index`` (set by ``flatten(..., ref_outer_index=...)``) maps
+    this walk's object indices to the indices the same objects had in an outer walk.
+
+    >>> from flaxen import nnx
+    >>> gd = nnx.graphdef(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+    >>> gd.num_leaves, GraphDef(gd.nodes, gd.attributes, gd.num_leaves) == gd
+    (2, True)
+    """
 
     __slots__ = ("outer_index",)
 
-    def __init__(self, defs: tuple, outer_index: dict | None = None) -> None:
-        super().__init__(defs)
+    def __init__(self, nodes: tp.Sequence[tp.Any], attributes: tp.Any = None,
+                 num_leaves: int | None = None, *, outer_index: dict | None = None) -> None:
+        super().__init__(tuple(nodes))
+        if isinstance(attributes, dict):  # flaxen's earlier (defs, outer_index) order
+            attributes, outer_index = None, attributes
         self.outer_index = outer_index
+        if attributes is not None and list(attributes) != self.attributes or (
+                num_leaves is not None and num_leaves != self.num_leaves):
+            raise ValueError(
+                "GraphDef(nodes, attributes, num_leaves): attributes / num_leaves disagree "
+                "with the node definitions (flaxen's nodes are nested, the flat lists are "
+                "derived from them). Pass only the nodes, e.g. GraphDef(graphdef.nodes).")
+
+    def with_no_outer_index(self) -> GraphDef[Node]:
+        """This definition with no outer indices."""
+        return GraphDef(self.defs)
+
+    def with_same_outer_index(self) -> GraphDef[Node]:
+        """This definition with each shared object's outer index its own index."""
+        n = 1 + max((i for i in _graphdef_indices(self.defs)), default=-1)
+        return GraphDef(self.defs, outer_index={i: i for i in range(n)})
+
+    def with_matching_outer_index(self, other: tp.Any) -> GraphDef[Node]:
+        """This definition with ``other``'s outer indices."""
+        return GraphDef(self.defs, outer_index=getattr(other, "outer_index", None))
 
     def _compile(self) -> None:
         # the generated fast path (see _codegen), built on the third use, for States of
-        # Variables
+        # Variables; types registered with the node protocol take the general path
         self._uses += 1
-        if self._uses == _ops._COMPILE_AT:
+        if self._uses == _ops._COMPILE_AT and not _has_registered(self.defs):
             self._states_fn = _codegen.make_states_fn(self.defs, variables=True)
             self._merge_fn = _codegen.make_merge_fn(self.defs, variables=True)
 
@@ -117,24 +226,53 @@ class GraphDef(_graphdef.GraphDef[Node]):
     def merge(self, state: tp.Any, /, *states: tp.Any) -> Node:  # type: ignore[override]
         return merge(self, state, *states)
 
-    def apply(self, state: tp.Any, /, *states: tp.Any) -> _ops._ApplyCaller:
-        return _ApplyCaller(self, (state, *states))
+    def apply(self, state: tp.Any, *states: tp.Any, graph: bool | None = None
+              ) -> _ops._ApplyCaller:
+        """``gd.apply(state).method(*args)`` -> ``(out, (graphdef, state))``: merges, calls,
+        splits again (in graph mode unless ``graph=False``)."""
+        return _ApplyCaller(self, (state, *states), graph)
 
 
 jax.tree_util.register_pytree_node(GraphDef, lambda g: ((), g), lambda g, _: g)
+
+
+def _graphdef_indices(defs: tuple) -> tp.Iterator[int]:
+    stack = list(defs)
+    while stack:
+        d = stack.pop()
+        if type(d) in (NodeDef, VariableDef) and d.index >= 0:
+            yield d.index
+        if type(d) is NodeDef:
+            stack.extend(s for _, s in d.attributes)
+
+
+def _has_registered(defs: tuple) -> bool:
+    stack = list(defs)
+    while stack:
+        d = stack.pop()
+        if type(d) is NodeDef:
+            if d.type is not PytreeType and not issubclass(d.type, GraphNode):
+                return True
+            stack.extend(s for _, s in d.attributes)
+    return False
+
 
 # What ``nnx.split(node)`` returns, as a type: ``def f(pure: nnx.PureState[Model])``.
 PureState = tuple[GraphDef[A], State]
 
 
 class _ApplyCaller(_ops._ApplyCaller):
-    __slots__ = ()
+    __slots__ = ("_graph",)
+
+    def __init__(self, graphdef: tp.Any, states: tuple, graph: bool | None = True) -> None:
+        super().__init__(graphdef, states)
+        self._graph = graph
 
     def _call(self, name: str | None, args: tuple, kwargs: dict) -> tuple:
         node = merge(self._graphdef, *self._states)
         fn = node if name is None else getattr(node, name)
         out = fn(*args, **kwargs)
-        return out, split(node, graph=True)
+        return out, split(node, graph=self._graph)  # None: the current graph mode
 
 
 class TreeNodeDef:
@@ -222,6 +360,8 @@ class TreeGraphDef(tp.Generic[Node]):
 
 jax.tree_util.register_pytree_node(TreeGraphDef, lambda g: ((), g), lambda g, _: g)
 
+NodeDefType = tp.Union[NodeDef, NodeRef, VariableDef, ArrayRefDef, TreeNodeDef]  # noqa: UP007
+
 
 def _intern(new: eng.FlatGraph, old: eng.FlatGraph | None) -> None:
     gd: GraphDef[tp.Any] = GraphDef(new.defs)
@@ -282,7 +422,7 @@ def flatten(node: tp.Any, /, *, with_paths: bool = True, ref_index: RefMap | Non
         if ref_outer_index is not None:
             outer = {i: ref_outer_index[obj] for i, obj in enumerate(fg.refs)
                      if obj in ref_outer_index}
-            gd = GraphDef(fg.defs[:1], outer)
+            gd = GraphDef(fg.defs[:1], outer_index=outer)
     if not with_paths:
         return gd, list(leaves)
     return gd, FlatState.from_sorted_keys_values(tuple(paths), list(leaves))
@@ -539,6 +679,9 @@ def unflatten(graphdef: tp.Any, state: tp.Any, /, *, index_ref: dict | None = No
     return roots[0]
 
 
+PythonRefMap = RefMap  # Flax's name for its pure-Python RefMap (flaxen has only that one)
+
+
 class IndexMap(dict):
     """``index -> object``: the inverse of a :class:`RefMap`."""
 
@@ -612,30 +755,39 @@ def pop(node: tp.Any, *filters: filterlib.Filter) -> tp.Any:
     return states[0] if len(states) == 1 else states
 
 
+def graph_pop(node: tp.Any, filters: tuple[filterlib.Filter, ...]) -> tuple[State, ...]:
+    """Removes the Variables matching each of ``filters`` from ``node`` in place and returns
+    one State per filter (what :func:`pop` does, always as a tuple).
+
+    >>> from flaxen import nnx
+    >>> m = nnx.Dict(a=nnx.Param(1.0), i=nnx.Intermediate(2.0))
+    >>> (out,) = graph_pop(m, (nnx.Intermediate,))
+    >>> list(out), 'i' in m
+    (['i'], False)
+    """
+    out: tp.Any = pop(node, *filters) if filters else ()
+    return out if isinstance(out, tuple) else (out,)
+
+
 def _delete(node: tp.Any, path: tuple) -> None:
     parent = node
     for k in path[:-1]:
         parent = _child(parent, k)
     k = path[-1]
-    if isinstance(parent, GraphNode):
-        name = str(k) if type(parent)._graph_int_keys else k
-        if name in parent.__dict__:
-            delattr(parent, name) if hasattr(type(parent), "_pytree__status") \
-                else parent.__dict__.pop(name)
-    elif isinstance(parent, (dict, list)) and (k in parent if isinstance(parent, dict)
-                                               else k < len(parent)):
-        del parent[k]
+    if k in dict(_proto.children(parent) or ()) and not _proto.pop_child(parent, k):
+        raise ValueError(
+            f"nnx.pop: Cannot pop key {k!r} from node of type {type(parent).__name__} (at "
+            f"{_path_str(path)}): it cannot change in place. Hold such Variables in a list, "
+            "dict or Module instead.")
 
 
 def _child(x: tp.Any, k: tp.Any) -> tp.Any:
-    if isinstance(x, GraphNode):
-        return x.__dict__[str(k) if type(x)._graph_int_keys else k]
-    return x[k]
+    return dict(_proto.children(x) or ())[k]
 
 
 @traceback_util.api_boundary
-def clone(node: A, /, *, graph: bool | None = None, variables: bool = True,
-          arrays: bool = False) -> A:
+def clone(node: A, variables: bool = True, *, arrays: bool = False,
+          graph: bool | None = None) -> A:
     """A deep copy of ``node``: new Variables (and nodes), shared references kept shared.
     The arrays inside are shared with ``node`` unless ``arrays=True`` (fresh buffers)."""
     gd, paths, leaves = _split_parts(node, graph)
@@ -728,7 +880,7 @@ def unpack(node: tp.Any, *filters: filterlib.Filter, graph: bool | None = None) 
     """Like :func:`split`, but each State comes back bundled with the GraphDef as a
     :class:`GraphState`, so ``nnx.merge(*states)`` needs nothing else."""
     gd, *states = split(node, *filters, graph=graph)
-    out = tuple(GraphState(gd, s) for s in states)
+    out: tuple = tuple(GraphState(gd, s) for s in states)
     return out[0] if len(out) == 1 else out
 
 
@@ -855,9 +1007,9 @@ def _args_doc(doc: str) -> dict[str, list[str]]:
 
 
 _CONTEXT_NAMES = frozenset({
-    "ArrayRefOutput", "MergeContext", "NO_UPDATE", "NoUpdate", "SplitContext",
-    "UpdateContext", "current_update_context", "merge_context", "split_context",
-    "update_context"})
+    "GRAPH_CONTEXT", "GraphContext", "MergeContext", "SplitContext", "StaticCache",
+    "UpdateContext", "UpdateContextManager", "current_update_context", "merge_context",
+    "split_context", "static_cache", "update_context"})
 
 
 def __getattr__(name: str) -> tp.Any:
@@ -866,5 +1018,10 @@ def __getattr__(name: str) -> tp.Any:
         from flaxen.nnx import _contexts
 
         return getattr(_contexts, name)
+    if name == "cached_partial":
+        # upward: cached_partial is a transform (jit's caching), defined above this file
+        from flaxen.nnx.transforms.compilation import cached_partial
+
+        return cached_partial
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import typing as tp
 
-import jax
-
+from flaxen.nnx import _node_protocol as _proto
 from flaxen.nnx import reprlib
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx.variablelib import Variable, variable_repr_items
@@ -73,12 +72,8 @@ def _stats_kind(var: tp.Any) -> type:
 
 def _children(x: tp.Any) -> list:
     """The values one level below a graph node or pytree container (none for a leaf)."""
-    if isinstance(x, GraphNode):  # by attribute name, the order graph walks take
-        return [v for _, v in sorted(vars(x).items())]
-    leaves, treedef = jax.tree_util.tree_flatten(x, is_leaf=lambda y: y is not x)
-    if treedef.num_nodes == 1:  # type: ignore[attr-defined]  # x itself is a leaf (an array, a function, ...)
-        return []
-    return leaves
+    # the node protocol's one order, as every other walker of the graph
+    return [v for _, v in _proto.children(x) or ()]
 
 
 def collect_stats(node: tp.Any, memo: dict[int, Stats]) -> Stats:
