@@ -25,6 +25,7 @@ of the value's tree structure inside a traced function (a new dict key added und
 
 from __future__ import annotations
 
+import dataclasses
 import typing as tp
 
 import jax
@@ -33,8 +34,9 @@ import numpy as np
 
 from flaxen.nnx import _trace
 from flaxen.nnx import variablelib as variables
-from flaxen.nnx.variablelib import MISSING, Variable, is_array_ref
+from flaxen.nnx.variablelib import MISSING, Variable, VariableMeta, is_array_ref
 
+A = tp.TypeVar("A")
 _TYPE_KEY = "_var_type"  # hidden metadata entry: the Variable type a HijaxVariable stands for
 
 
@@ -58,7 +60,39 @@ def _values(raw: tp.Any) -> tp.Any:
     return jax.tree_util.tree_map(_read, raw)
 
 
-class HijaxVariable(Variable):
+@dataclasses.dataclass(frozen=True)
+class VariableQDD:
+    """The type state of a hijax Variable: its leaves' abstract values, its tree structure
+    (a Variable node and its metadata) and its Variable type.
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> qdd = nnx.Param(jnp.ones(2), hijax=True).type_state()
+    >>> qdd.leaf_avals[0].shape, qdd.var_type.__name__
+    ((2,), 'Param')
+    """
+
+    leaf_avals: tuple[tp.Any, ...]
+    treedef: tp.Any
+    var_type: type
+
+    def normalize(self) -> VariableQDD:
+        """The same state with strongly typed leaf types (weak types dropped)."""
+        avals = tuple(a.update(weak_type=False) if getattr(a, "weak_type", False) else a
+                      for a in self.leaf_avals)
+        return VariableQDD(avals, self.treedef, self.var_type)
+
+    def to_tangent_qdd(self) -> VariableQDD:
+        """The type state of a tangent of such a Variable (tangent leaf types)."""
+        return VariableQDD(tuple(a.to_tangent_aval() for a in self.leaf_avals),
+                           self.treedef, self.var_type)
+
+
+class HijaxVariableMeta(VariableMeta):
+    """Metaclass of :class:`HijaxVariable` (a Variable metaclass: hijax isinstance checks)."""
+
+
+class HijaxVariable(Variable[A], metaclass=HijaxVariableMeta):
     """A Variable whose array leaves live in ``jax.Ref``s (see the module docstring)."""
 
     _stands_for_type = True  # filters match it by `.type` (its Variable type)
@@ -79,9 +113,42 @@ class HijaxVariable(Variable):
         object.__setattr__(new, "raw_value", _refs(var.raw_value))
         return new
 
+    @classmethod
+    def from_metadata(cls, value: tp.Any, metadata: tp.Mapping[str, tp.Any]) -> tp.Any:
+        """The hijax Variable of type ``metadata['_var_type']`` (else Variable) holding
+        ``value`` with ``metadata``."""
+        meta = dict(metadata)
+        var_type = meta.pop(_TYPE_KEY, Variable)
+        meta["hijax"] = True
+        return var_type.from_metadata(value, meta)
+
     @property
     def var_type(self) -> type:
         return self._var_metadata.get(_TYPE_KEY, Variable)
+
+    @property
+    def has_qdd(self) -> bool:
+        """Whether its type state may change with updates: ``ref=False`` ones take a value of
+        another structure or shape outside traces; ``ref=True`` ones keep their Refs' types."""
+        return not self.ref
+
+    def type_state(self) -> VariableQDD:
+        """Its current :class:`VariableQDD` (leaf types, tree structure, Variable type)."""
+        meta = {k: v for k, v in self._var_metadata.items() if k != _TYPE_KEY}
+        plain = self.var_type._new(self.get_raw_value(), meta)  # type: ignore[attr-defined]
+        leaves, treedef = jax.tree_util.tree_flatten(plain)
+        return VariableQDD(tuple(jax.typeof(x) for x in leaves), treedef, self.var_type)
+
+    def cur_qdd(self) -> VariableQDD:
+        """The same as :meth:`type_state`."""
+        return self.type_state()
+
+    def __divmod__(self, other: tp.Any) -> tp.Any:
+        return divmod(self.get_value(), other.get_value() if isinstance(other, Variable)
+                      else other)
+
+    def __rdivmod__(self, other: tp.Any) -> tp.Any:
+        return divmod(other, self.get_value())
 
     @property
     def type(self) -> type:

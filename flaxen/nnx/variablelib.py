@@ -944,7 +944,7 @@ def __getattr__(name: str) -> tp.Any:
         from flaxen.nnx import _variable_names
 
         return getattr(_variable_names, name)
-    if name == "HijaxVariable":
+    if name in ("HijaxVariable", "HijaxVariableMeta", "VariableQDD"):
         # upward: see _to_hijax; Flax's variablelib names the hijax classes
         from flaxen.nnx import _hijax
 

@@ -305,3 +305,38 @@ def test_check_pytree_parameter_name():
     nnx.check_pytree(pytree=m)
     with pytest.raises(TypeError, match="nnx.Pytree"):
         nnx.check_pytree(pytree=1)
+
+
+# -- hijax Variables ------------------------------------------------------------------------------
+
+
+def test_hijax_variable_type_state_and_names():
+    from flaxen.nnx.variablelib import HijaxVariable, HijaxVariableMeta, VariableQDD
+
+    v = nnx.Param(jnp.ones((2,)), hijax=True)
+    assert type(v) is HijaxVariable and isinstance(type(v), HijaxVariableMeta)
+    assert HijaxVariable[int] is not None
+    qdd = v.cur_qdd()
+    assert isinstance(qdd, VariableQDD) and qdd == v.type_state() and hash(qdd) == hash(qdd)
+    assert qdd.var_type is nnx.Param and qdd.leaf_avals[0].shape == (2,)
+    assert v.has_qdd and not nnx.Param(jnp.ones(1), hijax=True, ref=True).has_qdd
+    v[...] = jnp.ones((3,))  # outside a trace a new shape changes the type state
+    assert v.type_state().leaf_avals[0].shape == (3,) and v.type_state() != qdd
+    tangent = VariableQDD((jax.core.ShapedArray((), jnp.int32),), None, nnx.Param)
+    assert tangent.to_tangent_qdd().leaf_avals[0].dtype == jax.dtypes.float0
+    weak = VariableQDD((jax.core.ShapedArray((), jnp.float32, weak_type=True),), None,
+                       nnx.Param)
+    assert not weak.normalize().leaf_avals[0].weak_type
+
+
+def test_hijax_variable_divmod_and_from_metadata():
+    from flaxen.nnx.variablelib import HijaxVariable
+
+    v = nnx.Param(jnp.array(7), hijax=True)
+    q, r = divmod(v, 2)
+    assert (int(q), int(r)) == (3, 1)
+    q, r = divmod(15, v)
+    assert (int(q), int(r)) == (2, 1)
+    meta = {"hijax": True, "ref": False, "_var_type": nnx.BatchStat}
+    made = HijaxVariable.from_metadata(jnp.zeros(1), metadata=meta)
+    assert type(made) is HijaxVariable and made.var_type is nnx.BatchStat
