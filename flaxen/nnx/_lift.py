@@ -23,6 +23,14 @@ call it once (grad, vmap, remat, eval_shape); ``nnx.jit`` calls :func:`enter` an
 transform that needs per-leaf treatment (vmap's ``state_axes``, grad's ``wrt``) reads
 ``lift.paths`` / ``lift.leaf_objs``, and ``OutStatic.var_paths`` for leaves created inside.
 
+The functional modes (``graph_updates=False``, ``graph=False``) are a branch of steps 3
+and 4, not a second body: ``exit(inner, out, functional=fn_name)`` returns the input
+Variables' new *values* (whatever the function did to the structure) followed by the values
+of the graph nodes in the output, and refuses an output that holds an input's Variable or
+node (the caller would get two objects for one); ``finish`` then writes those values into
+the input Variables and builds the output's graph nodes as new objects. Tree mode's
+refusal of shared references among the inputs is ``transforms/_functional.check_no_shared``.
+
 Loops (``scan``, ``while_loop``, ``fori_loop``) use the same four steps on
 ``Lift(args, {}, roots=True)``: every positional argument is a root of the walk, so arrays
 inside plain pytrees are State leaves too and every leaf has a path starting at its
@@ -129,6 +137,9 @@ class _RootsDef:
         self.defs = defs
 
 
+_NO_DEFS: tp.Any = _RootsDef(())
+
+
 class InStatic:
     """The static half of the lifted arguments; hashed once, compared cheaply."""
 
@@ -218,24 +229,42 @@ class Lift:
         """The Variables (or bare arrays) behind ``values``."""
         return self.flat.leaves if self.flat is not None else []
 
-    def pure(self, fun: tp.Callable, *, hook: tp.Callable | None = None) -> tp.Callable:
+    def pure(self, fun: tp.Callable, *, hook: tp.Callable | None = None,
+             functional: str | None = None) -> tp.Callable:
         """``fun`` as a function of ``(values, leaves) -> (values, out_leaves)``; the static
         half of the result is left in ``self.out``. ``hook(args, kwargs, inner)`` may rewrite
-        the arguments after the nodes were rebuilt (e.g. scan putting its carry in place;
-        ``inner.leaf_objs()`` gives the rebuilt Variables)."""
+        the arguments after the nodes were rebuilt (``inner.leaf_objs()`` gives the rebuilt
+        Variables). ``functional`` (the transform's name) selects the functional branch of
+        :func:`exit`."""
 
         def pure(values: list, leaves: list) -> tuple[list, list]:
             args, kwargs, inner = enter(self.static, values, leaves)
             if hook is not None:
                 args, kwargs = hook(args, kwargs, inner)
-            new_values, out_leaves, self.out = exit(inner, fun(*args, **kwargs))
+            new_values, out_leaves, self.out = exit(inner, fun(*args, **kwargs),
+                                                    functional=functional)
             return new_values, out_leaves
 
         return pure
 
+    def write_values(self, new_values: tp.Sequence[tp.Any]) -> None:
+        """Functional modes: the new values into the input Variables, in leaf order (bare
+        arrays held as attributes are left alone, as the structure is)."""
+        for var, x in zip(self.leaf_objs, new_values):
+            try:  # no isinstance: Variable's metaclass check is slow on this per-call path
+                if var.raw_value is not x:
+                    _setattr(var, "raw_value", x)
+            except AttributeError:  # a bare array held as an attribute
+                pass
+
     def finish(self, out: OutStatic, values: tp.Sequence[tp.Any], out_leaves: list, *,
                update_inputs: bool = True) -> tp.Any:
         """Step 4: write back into the original objects and rebuild the output."""
+        if out.functional:
+            n_in = out.n_input_leaves
+            if update_inputs:
+                self.write_values(values[:n_in])
+            return build_output(out, values[n_in:], out_leaves)
         flat = self.flat
         if out.fast and flat is not None and update_inputs:
             # one C-level loop; object.__setattr__ skips Variable's checked __setattr__
@@ -259,14 +288,15 @@ class Lift:
 class Inner:
     """What :func:`enter` knows inside the transform: the copies and whom they stand for."""
 
-    __slots__ = ("static", "copies", "outer_of", "built")
+    __slots__ = ("static", "copies", "outer_of", "built", "values")
 
     def __init__(self, static: InStatic, copies: list, outer_of: dict[int, int],
-                 built: dict[int, tp.Any]) -> None:
+                 built: dict[int, tp.Any], values: tp.Sequence[tp.Any] = ()) -> None:
         self.static = static
         self.copies = copies
         self.outer_of = outer_of
         self.built = built
+        self.values = values  # what the copies were built from
 
     def leaf_objs(self) -> list:
         """The rebuilt Variables in leaf order (None for bare arrays)."""
@@ -286,26 +316,43 @@ def enter(static: InStatic, values: tp.Sequence[tp.Any], leaves: list
     for p, n in zip(static.node_pos, copies):
         leaves[p] = n
     args, kwargs = static.treedef.unflatten(leaves)
-    return args, kwargs, Inner(static, copies, outer_of, built)
+    return args, kwargs, Inner(static, copies, outer_of, built, values)
 
 
 class OutStatic:
     """The static half of a lifted call's result, fixed per trace."""
 
     __slots__ = ("graphdef", "idx_pairs", "out_treedef", "out_node_pos", "n_inputs",
-                 "n_input_leaves", "var_paths", "fast")
+                 "n_input_leaves", "var_paths", "fast", "functional")
 
     def __init__(self, graphdef: GraphDef, idx_pairs: tuple, out_treedef: tp.Any,
                  out_node_pos: tuple, n_inputs: int, n_input_leaves: int, var_paths: list,
-                 fast: bool) -> None:
+                 fast: bool, functional: bool = False) -> None:
         self.graphdef = graphdef
         self.idx_pairs = idx_pairs  # (new index, original index) of objects that came back
         self.out_treedef = out_treedef
         self.out_node_pos = out_node_pos
         self.n_inputs = n_inputs
         self.n_input_leaves = n_input_leaves
-        self.var_paths = var_paths  # (path, VariableDef) of every leaf, in order
+        # (path, VariableDef) of every leaf, in order (functional: of the output's only)
+        self.var_paths = var_paths
         self.fast = fast
+        # functional modes: ``graphdef`` holds the output's nodes only (``n_inputs`` is 0)
+        # and the first ``n_input_leaves`` values are the input Variables' new values
+        self.functional = functional
+
+    # the output's half, by the names the functional callers use
+    @property
+    def defs(self) -> tuple:
+        return self.graphdef.defs[self.n_inputs:]
+
+    @property
+    def treedef(self) -> tp.Any:
+        return self.out_treedef
+
+    @property
+    def node_pos(self) -> tuple:
+        return self.out_node_pos
 
     def is_new(self, leaf_pos: int) -> bool:
         """True when the leaf at ``leaf_pos`` belongs to a Variable created inside."""
@@ -319,8 +366,14 @@ class OutStatic:
         return id(self)
 
 
-def exit(inner: Inner, out: tp.Any) -> tuple[list, list, OutStatic]:
-    """Step 3: the copies (and graph nodes in ``out``) walked into new values + statics."""
+def exit(inner: Inner, out: tp.Any, *, functional: str | None = None
+         ) -> tuple[list, list, OutStatic]:
+    """Step 3: the copies (and graph nodes in ``out``) walked into new values + statics.
+    ``functional`` (the transform's name, for errors): the functional branch (see the
+    module docstring)."""
+    if functional is not None:
+        out_leaves, ostatic, out_values = split_output(inner, out, functional)
+        return [*input_values(inner), *out_values], out_leaves, ostatic
     out_leaves, out_treedef, out_pos, out_nodes = _split_nodes(out)
     roots = (*inner.copies, *out_nodes)
     n_in = len(inner.copies)
@@ -342,6 +395,52 @@ def exit(inner: Inner, out: tp.Any) -> tuple[list, list, OutStatic]:
     gd: GraphDef = inner.static.graphdef if fast else ApiGraphDef(defs)  # type: ignore[assignment]
     return values, out_leaves, OutStatic(gd, pairs, out_treedef, out_pos, n_in, n_in_leaves,
                                          paths, fast)
+
+
+# -- the functional branch -------------------------------------------------------------------
+
+def input_values(inner: Inner, values: tp.Sequence[tp.Any] | None = None) -> list:
+    """Functional modes, inside: the input Variables' values after the function ran (the
+    entered ``values`` where a leaf is a bare array; structure changes ignored)."""
+    if values is None:
+        values = inner.values
+    objs = inner.leaf_objs()
+    return [values[i] if o is None else o.raw_value for i, o in enumerate(objs)]
+
+
+def split_output(inner: Inner | None, out: tp.Any, fn_name: str
+                 ) -> tuple[list, OutStatic, list]:
+    """Functional modes, inside: ``out`` as ``(non-node leaves, OutStatic, node values)``;
+    refuses an output holding an input's Variable or node."""
+    out_leaves, treedef, pos, nodes = _split_nodes(out)
+    n_in = len(inner.values) if inner is not None else 0
+    if not nodes:
+        return out_leaves, OutStatic(_NO_DEFS, (), treedef, pos, 0, n_in, [], False,
+                                     True), []
+    fg = eng.flatten(nodes)
+    if inner is not None and inner.outer_of:
+        outer_of = inner.outer_of
+        for obj in fg.refs:
+            if id(obj) in outer_of:
+                raise NNXTransformError(
+                    "", f"nnx.{fn_name} does not support Variable aliasing between inputs and "
+                    f"outputs in functional mode: the output holds the input "
+                    f"{type(obj).__name__} itself",
+                    "Return a copy (e.g. nnx.clone, or the value v[...]), or use "
+                    "graph=True, graph_updates=True.")
+    return out_leaves, OutStatic(_RootsDef(fg.defs), (), treedef, pos, 0, n_in,  # type: ignore[arg-type]
+                                 var_def_paths(fg.defs), False, True), fg.values()
+
+
+def build_output(out: OutStatic, out_values: tp.Sequence[tp.Any], out_leaves: list) -> tp.Any:
+    """Functional modes, outside: the output with its graph nodes built as new objects."""
+    defs = out.defs
+    if defs:
+        roots, _ = eng.unflatten(defs, out_values)
+        out_leaves = list(out_leaves)
+        for p, n in zip(out.out_node_pos, roots):
+            out_leaves[p] = n
+    return out.out_treedef.unflatten(out_leaves)
 
 
 # -- loops: the step must hand back the state it received ------------------------------------

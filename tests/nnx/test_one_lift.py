@@ -176,3 +176,88 @@ def test_jit_of_fori_loop_matches_eager():
     assert jnp.allclose(m.kernel[...], ref.kernel[...])
     assert jax.tree_util.tree_all(jax.tree_util.tree_map(
         lambda a, b: bool(jnp.allclose(a, b)), nnx.state(m), nnx.state(ref)))
+
+
+# -- the functional modes are a branch of the same primitive ---------------------------------
+
+def test_functional_exit_returns_input_values_then_output_values():
+    m = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+    lift = _lift.Lift((m,), {})
+
+    def f(mod):
+        mod.bias[...] = mod.bias[...] + 1.0
+        mod.extra = nnx.Param(jnp.ones(1))  # a structure change: not written back
+        return nnx.Linear(1, 1, rngs=nnx.Rngs(1))
+
+    values, out_leaves = lift.pure(f, functional="jit")(lift.values, lift.leaves)
+    ostatic = lift.out
+    assert ostatic.functional and ostatic.n_input_leaves == 2
+    assert len(values) == 4  # bias and kernel of m, then of the new Linear
+    out = lift.finish(ostatic, values, out_leaves)
+    assert isinstance(out, nnx.Linear) and out is not m
+    assert m.bias[...].tolist() == [1.0, 1.0] and not hasattr(m, "extra")
+
+
+def test_functional_exit_refuses_an_output_aliasing_an_input():
+    v = nnx.Variable(jnp.array(1.0))
+    lift = _lift.Lift((v,), {})
+    with pytest.raises(NNXTransformError, match="does not support Variable aliasing"):
+        lift.pure(lambda v: v, functional="jit")(lift.values, lift.leaves)
+
+
+def test_graph_mode_finish_is_unchanged_by_the_branch():
+    m = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+    lift = _lift.Lift((m,), {})
+
+    def f(mod):
+        mod.extra = nnx.Param(jnp.ones(1))
+        return mod
+
+    values, out_leaves = lift.pure(f)(lift.values, lift.leaves)
+    assert not lift.out.functional
+    assert lift.finish(lift.out, values, out_leaves) is m and m.extra[...].tolist() == [1.0]
+
+
+@pytest.mark.parametrize("kw", [{"graph_updates": False}, {"graph": False}])
+def test_mapped_transforms_one_body_in_functional_modes(kw):
+    m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    count = nnx.Variable(jnp.zeros(4))
+
+    def f(c, x):
+        c[...] = c[...] + 1
+        return m(x)
+
+    # vmap: the input Variable's batched value comes back with its in_axes
+    out = nnx.vmap(f, in_axes=(0, 0), **kw)(count, jnp.ones((4, 2)))
+    assert out.shape == (4, 3) and count[...].tolist() == [1.0] * 4
+
+    # remat (no mapped axes) and cond go through the same body
+    y = nnx.remat(lambda c: c[...] * 2, **kw)(count)
+    assert y.tolist() == [2.0] * 4
+    nnx.cond(True, lambda c: c.__setitem__(..., c[...] + 1), lambda c: None, count, **kw)
+    assert count[...].tolist() == [2.0] * 4
+
+    with pytest.raises(NNXTransformError, match="Duplicate"):
+        nnx.vmap(lambda c: c, **kw)(count)
+
+
+def test_custom_vjp_functional_mode_uses_the_branch():
+    m = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
+
+    @nnx.custom_vjp(graph_updates=False)
+    def f(mod, x):
+        return (mod(x) ** 2).sum()
+
+    def fwd(mod, x):
+        return f(mod, x), (mod(x), x)
+
+    def bwd(res, g):
+        y, x = res
+        gm = jax.tree_util.tree_map(jnp.zeros_like, nnx.clone(m))
+        gm.bias[...] = jnp.sum(2 * y * g, axis=0)
+        return gm, 2 * y @ m.kernel[...].T * g
+
+    f.defvjp(fwd, bwd)
+    x = jnp.ones((3, 2))
+    gx = jax.grad(lambda x: f(m, x))(x)
+    assert gx.shape == (3, 2)

@@ -176,19 +176,16 @@ class CustomVjp:
 
         def body(call: tp.Callable, diff: tuple, nd: tuple) -> tuple:
             vals, leaves = plan.assemble(diff, nd)
-            if updates:
-                args_in, kwargs, inner = _lift.enter(lift.static, vals, leaves)
-                result = call(*args_in)
-                out, res = result if call is not fun else (result, None)
-                new_values, out_leaves, aux = _lift.exit(inner, out)
-                box["aux"] = aux
-                return (new_values, out_leaves), res, vals
             args_in, kwargs, inner = _lift.enter(lift.static, vals, leaves)
             result = call(*args_in)
             out, res = result if call is not fun else (result, None)
-            new = _functional.input_values(inner, vals)
-            out_leaves, fo, out_values = _functional.split_output(inner, out, "custom_vjp")
-            box["fo"] = fo
+            new_values, out_leaves, aux = _lift.exit(
+                inner, out, functional=None if updates else "custom_vjp")
+            box["aux"] = aux
+            if updates:
+                return (new_values, out_leaves), res, vals
+            n_in = aux.n_input_leaves
+            new, out_values = new_values[:n_in], new_values[n_in:]
             changed = {i for i, (a, b) in enumerate(zip(new, vals)) if a is not b}
             box["changed"] = changed
             box["updated"] = [i for i in plan.diff_v if i in changed]
@@ -232,7 +229,7 @@ class CustomVjp:
         for i in changed:
             if hasattr(objs[i], "raw_value"):
                 object.__setattr__(objs[i], "raw_value", new[i])
-        return _functional.build_output(box["fo"], out_values, out_leaves)
+        return _lift.build_output(box["aux"], out_values, out_leaves)
 
     # -- bwd adapters -------------------------------------------------------------------------
 
@@ -307,7 +304,7 @@ class CustomVjp:
     def _bwd_functional(self, bwd: tp.Callable, plan: _Plan, box: dict, nd_args: list,
                         res: tp.Any, cts: tuple, vals: list, args: tuple) -> tuple:
         ct_new, ct_out_values, ct_out_leaves = cts
-        out_g = _functional.build_output(box["fo"], ct_out_values, ct_out_leaves)
+        out_g = _lift.build_output(box["aux"], ct_out_values, ct_out_leaves)
         extra: tuple = ()
         updated = box.get("updated") or []
         if _takes_updates(bwd, len(nd_args)):

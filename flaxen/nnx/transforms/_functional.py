@@ -1,16 +1,16 @@
-"""The functional modes of today's transforms: ``graph_updates=False`` and ``graph=False``.
+"""The functional modes' own checks and plumbing: ``graph_updates=False`` and ``graph=False``.
 
-With ``graph=True, graph_updates=True`` a transform writes back everything the function did
-to its graph-node arguments, structure included (``_lift.Lift.finish``). The functional
-modes write back only the new *values* of the Variables that went in, whatever the function
-did to the structure, and build graph nodes found in the output as new objects. They refuse
-outputs that alias an input Variable (the caller would get two objects for one Variable),
-and tree mode (``graph=False``) also refuses a Variable or node reached twice among the
-inputs (a pytree has no shared references).
+What the functional modes write back is a branch of the lifting primitive
+(:mod:`flaxen.nnx._lift`): ``exit(inner, out, functional=name)`` returns the input
+Variables' new values and the output's node values, ``Lift.finish`` writes the former into
+the input Variables and builds the latter as new objects, refusing outputs that alias an
+input. This file adds what only these modes need: tree mode's refusal of a Variable or node
+reached twice among the inputs (:func:`check_no_shared`: a pytree has no shared
+references), the ``jax.Ref`` plumbing of a traced function's results, and the split-list
+names the jit machinery calls (:func:`run`, :func:`finish`, ``FnOut`` is
+``_lift.OutStatic``).
 
-Both modes run on the same primitive as graph mode (:mod:`flaxen.nnx._lift`):
-
->>> import jax, jax.numpy as jnp
+>>> import jax.numpy as jnp
 >>> from flaxen import nnx
 >>> from flaxen.nnx import _lift
 >>> v = nnx.Variable(jnp.array(0))
@@ -18,8 +18,8 @@ Both modes run on the same primitive as graph mode (:mod:`flaxen.nnx._lift`):
 ...     v.value += 1
 ...     return v.value * 2
 >>> lift = _lift.Lift((v,), {})
->>> new, out_vals, out_leaves, fo = run(lift.static, f, lift.values, lift.leaves, 'jit')
->>> int(finish(lift, fo, new, out_vals, out_leaves)), int(v.value)
+>>> values, out_leaves = lift.pure(f, functional='jit')(lift.values, lift.leaves)
+>>> int(lift.finish(lift.out, values, out_leaves)), int(v.value)
 (2, 1)
 """
 
@@ -30,28 +30,14 @@ import typing as tp
 import jax
 
 from flaxen.errors import NNXTransformError
-from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import _lift
 from flaxen.nnx._graphdef import NodeDef, NodeRef, VariableDef
 
-_setattr = object.__setattr__
-
-
-class FnOut:
-    """The static half of a functional call's output (identity-compared, one per trace)."""
-
-    __slots__ = ("defs", "treedef", "node_pos")
-
-    def __init__(self, defs: tuple, treedef: tp.Any, node_pos: tuple) -> None:
-        self.defs = defs
-        self.treedef = treedef
-        self.node_pos = node_pos
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
-
-    def __hash__(self) -> int:
-        return id(self)
+# the functional branch of the primitive, by the names its callers use
+FnOut = _lift.OutStatic
+input_values = _lift.input_values
+split_output = _lift.split_output
+build_output = _lift.build_output
 
 
 def _path_str(path: tuple) -> str:
@@ -111,70 +97,29 @@ def check_no_shared(static: _lift.InStatic, fn_name: str) -> None:
         walk(d, p)
 
 
-def input_values(inner: _lift.Inner, values: tp.Sequence[tp.Any]) -> list:
-    """The values of the input Variables after the function ran (structure changes ignored)."""
-    objs = inner.leaf_objs()
-    return [values[i] if o is None else o.raw_value for i, o in enumerate(objs)]
-
-
-def split_output(inner: _lift.Inner | None, out: tp.Any, fn_name: str
-                 ) -> tuple[list, FnOut, list]:
-    """``out`` as ``(non-node leaves, FnOut, node values)``; refuses aliased inputs."""
-    out_leaves, treedef, pos, nodes = _lift._split_nodes(out)
-    if not nodes:
-        return out_leaves, FnOut((), treedef, pos), []
-    fg = eng.flatten(nodes)
-    if inner is not None and inner.outer_of:
-        outer_of = inner.outer_of
-        for obj in fg.refs:
-            if id(obj) in outer_of:
-                raise NNXTransformError(
-                    "", f"nnx.{fn_name} does not support Variable aliasing between inputs and "
-                    f"outputs in functional mode: the output holds the input "
-                    f"{type(obj).__name__} itself",
-                    "Return a copy (e.g. nnx.clone, or the value v[...]), or use "
-                    "graph=True, graph_updates=True.")
-    return out_leaves, FnOut(fg.defs, treedef, pos), fg.values()
-
-
 def run(static: _lift.InStatic, fun: tp.Callable, values: tp.Sequence[tp.Any], leaves: list,
         fn_name: str, args_hook: tp.Callable | None = None
-        ) -> tuple[list, list, list, FnOut]:
-    """Inside a JAX transform: call ``fun`` on fresh copies; ``(new input values, output node
-    values, output leaves, FnOut)``."""
+        ) -> tuple[list, list, list, _lift.OutStatic]:
+    """Inside a JAX transform: ``fun`` on fresh copies, through the functional branch of
+    :func:`~flaxen.nnx._lift.exit`; ``(new input values, output node values, output leaves,
+    OutStatic)``."""
     args, kwargs, inner = _lift.enter(static, values, leaves)
     if args_hook is not None:
         args, kwargs = args_hook(args, kwargs)
-    out = fun(*args, **kwargs)
-    new_values = input_values(inner, values)
-    out_leaves, fo, out_values = split_output(inner, out, fn_name)
-    return new_values, out_values, out_leaves, fo
+    out_leaves, fo, out_values = split_output(inner, fun(*args, **kwargs), fn_name)
+    return input_values(inner), out_values, out_leaves, fo
 
 
 def write_back(lift: _lift.Lift, new_values: tp.Sequence[tp.Any]) -> None:
-    """Outside: the new values into the input Variables (bare arrays are left alone)."""
-    for var, x in zip(lift.leaf_objs, new_values):
-        try:  # no isinstance: Variable's metaclass check is slow on this per-call path
-            if var.raw_value is not x:
-                _setattr(var, "raw_value", x)
-        except AttributeError:  # a bare array held as an attribute
-            pass
+    """Outside: the new values into the input Variables (:meth:`Lift.write_values`)."""
+    lift.write_values(new_values)
 
 
-def build_output(fo: FnOut, out_values: tp.Sequence[tp.Any], out_leaves: list) -> tp.Any:
-    """Outside: the output with its graph nodes built as new objects."""
-    if fo.defs:
-        roots, _ = eng.unflatten(fo.defs, out_values)
-        out_leaves = list(out_leaves)
-        for p, n in zip(fo.node_pos, roots):
-            out_leaves[p] = n
-    return fo.treedef.unflatten(out_leaves)
-
-
-def finish(lift: _lift.Lift, fo: FnOut, new_values: tp.Sequence[tp.Any],
+def finish(lift: _lift.Lift, fo: _lift.OutStatic, new_values: tp.Sequence[tp.Any],
            out_values: tp.Sequence[tp.Any], out_leaves: list, *, update: bool = True) -> tp.Any:
+    """Outside: :meth:`Lift.finish`'s functional branch on the split lists."""
     if update:
-        write_back(lift, new_values)
+        lift.write_values(new_values)
     return build_output(fo, out_values, out_leaves)
 
 

@@ -12,10 +12,12 @@ as its output prefix that the pure function fills before JAX reads it (``jax.vma
 Values come back as one-key chains ``{'attr': {'sub': x}}`` per leaf, so an error JAX raises
 about an output (a broadcast Variable that became batched) names the Variable's path.
 
-Modes: ``graph=True, graph_updates=True`` writes structure changes back
-(``Lift.finish``); the functional modes write back values only and build output nodes as new
-objects (:mod:`._functional`), refusing outputs that alias an input Variable, and tree mode
-(``graph=False``) refuses shared references among the inputs.
+Modes: one body for all. ``graph=True, graph_updates=True`` writes structure changes back;
+the functional modes take the functional branch of ``_lift.exit`` / ``Lift.finish`` (values
+of the input Variables back, output nodes built new, outputs aliasing an input refused), and
+tree mode (``graph=False``) refuses shared references among the inputs. The output prefix
+covers the inputs' and the output's Variables in graph mode, the output's only in the
+functional modes (the inputs keep their input prefix).
 
 >>> import jax, jax.numpy as jnp
 >>> from flaxen import nnx
@@ -36,7 +38,6 @@ import jax.numpy as jnp
 
 from flaxen.errors import NNXTransformError
 from flaxen.nnx import _lift
-from flaxen.nnx._graphdef import var_def_paths
 from flaxen.nnx.transforms import _axes, _functional
 from flaxen.nnx.variablelib import Variable
 
@@ -190,38 +191,30 @@ def mapped_call(f: tp.Callable, args: tuple, kwargs: dict, *, fn_name: str, in_p
             inner_hook(inner.leaf_objs(), value_pre)
         out = f(*args_in, **kwargs_in)
         _check_captured(f, inner, out, fn_name, full)
-        if full:
-            new_values, out_leaves, ostatic = _lift.exit(inner, out)
-            lift.out = ostatic
+        if not full:
+            _check_aliasing_out(inner, out, fn_name)
+        new_values, out_leaves, ostatic = _lift.exit(
+            inner, out, functional=None if full else fn_name)
+        lift.out = ostatic
+        node_pre, pos_pre = _axes.node_prefixes(
+            out_prefix, ostatic.out_treedef, ostatic.out_node_pos, out_what, fn_name)
+        objs = [DefView(d) for _, d in ostatic.var_paths]
+        out_paths = [_keyable(p) for p, _ in ostatic.var_paths]
+        if full:  # the inputs' Variables may have moved, or be new: all from the defs
             defs, n_in = ostatic.graphdef.defs, ostatic.n_inputs
-            objs = [DefView(d) for _, d in ostatic.var_paths]
-            node_pre, pos_pre = _axes.node_prefixes(
-                out_prefix, ostatic.out_treedef, ostatic.out_node_pos, out_what, fn_name)
             labels = [("args", i) for i in range(n_in)] + [
                 ("out", i) for i in range(len(node_pre))]
             new_pre = _axes.resolve_outputs(defs, n_in, in_node_pre, node_pre, objs,
                                             fn_name=fn_name, labels=labels)
-            new_paths = [_keyable(p) for p, _ in ostatic.var_paths]
-            out_node_pos = ostatic.out_node_pos
-            box.setdefault("sigs", []).append((defs, ostatic.out_treedef))
-        else:
-            _check_aliasing_out(inner, out, fn_name)
-            new_in = _functional.input_values(inner, values)
-            out_leaves, fo, out_values = _functional.split_output(inner, out, fn_name)
-            box["fo"] = fo
-            node_pre, pos_pre = _axes.node_prefixes(
-                out_prefix, fo.treedef, fo.node_pos, out_what, fn_name)
-            out_paths = var_def_paths(fo.defs)
-            objs = [DefView(d) for _, d in out_paths]
+            new_paths = out_paths
+        else:  # the inputs' Variables keep their places and their prefix
             labels = [("out", i) for i in range(len(node_pre))]
-            out_pre = _axes.resolve_outputs(fo.defs, 0, [], node_pre, objs,
+            out_pre = _axes.resolve_outputs(ostatic.defs, 0, [], node_pre, objs,
                                             fn_name=fn_name, labels=labels)
-            new_values = [*new_in, *out_values]
             new_pre = [*value_pre, *out_pre]
-            new_paths = [*in_paths, *(_keyable(p) for p, _ in out_paths)]
-            out_node_pos = fo.node_pos
-            box["n_in"] = len(new_in)
-            box.setdefault("sigs", []).append((fo.defs, fo.treedef))
+            new_paths = [*in_paths, *out_paths]
+        out_node_pos = ostatic.out_node_pos
+        box.setdefault("sigs", []).append((ostatic.graphdef.defs, ostatic.out_treedef))
         leaf_out_pre = list(pos_pre)
         for p in out_node_pos:
             leaf_out_pre[p] = None
@@ -247,27 +240,22 @@ def mapped_call(f: tp.Callable, args: tuple, kwargs: dict, *, fn_name: str, in_p
     if post:
         res_values = [_from_axis0(x, a) for x, a in zip(res_values, new_pre)]
         res_leaves = [_from_axis0(x, a) for x, a in zip(res_leaves, box["leaf_out_pre"])]
-    if full:
-        out_static = lift.out
-        assert out_static is not None  # set by `pure` above in full mode
-        result = lift.finish(out_static, res_values, res_leaves)
-        if outer_hook is not None:
+    out_static = lift.out
+    assert out_static is not None  # set by `pure` above
+    result = lift.finish(out_static, res_values, res_leaves)
+    if outer_hook is not None:
+        if full:
             objs = [lift.built.get(d.index) if d.index >= 0 else None
                     for _, d in out_static.var_paths]
             if out_static.fast or not lift.built:
                 objs = list(lift.leaf_objs) + objs[len(lift.leaf_objs):]
             outer_hook(objs, new_pre)
-        return result
-    n_in = box["n_in"]
-    _functional.write_back(lift, res_values[:n_in])
-    fo = box["fo"]
-    result = _functional.build_output(fo, res_values[n_in:], res_leaves)
-    if outer_hook is not None:
-        outer_hook(_output_vars(fo, result), new_pre[n_in:])
+        else:
+            outer_hook(_output_vars(result), new_pre[out_static.n_input_leaves:])
     return result
 
 
-def _output_vars(fo: _functional.FnOut, result: tp.Any) -> list:
+def _output_vars(result: tp.Any) -> list:
     """The Variables of the output nodes, in leaf order."""
     _, _, _, nodes = _lift._split_nodes(result)
     if not nodes:
