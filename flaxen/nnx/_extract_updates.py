@@ -27,9 +27,10 @@ import typing as tp
 import jax
 
 from flaxen.errors import NNXTransformError
-from flaxen.nnx import _trace, reprlib
+from flaxen.nnx import reprlib
 from flaxen.nnx._extract_args import labeled
 from flaxen.nnx._extract_prefix import Mask, broadcast_prefix_map
+from flaxen.nnx._tree_convert import can_update
 from flaxen.nnx.variablelib import Variable
 
 __all__ = [
@@ -239,11 +240,6 @@ def to_masked(tree: tp.Any, all_updates: list[Updates]) -> tp.Any:
                                             is_leaf=lambda x: x is None)
 
 
-def _can_update(v: Variable) -> bool:
-    # a Variable created under another JAX trace (captured by closure) cannot take updates
-    return bool(v.hijax) or v._trace_state is _trace.current_trace()
-
-
 def check_no_aliases(fn_name: str, /, *, check: tp.Iterable[str] = (), **kwargs: tp.Any
                      ) -> dict[KeyPath, Variable]:
     """Every Variable under the keyword arguments, by key path (starting ``.name``); raises
@@ -268,7 +264,7 @@ def check_no_aliases(fn_name: str, /, *, check: tp.Iterable[str] = (), **kwargs:
         if not isinstance(leaf, Variable):
             continue
         where = jax.tree_util.keystr(path)
-        if path[0].name in names and not _can_update(leaf):
+        if path[0].name in names and not can_update(leaf):
             raise NNXTransformError(
                 where, f"Cannot return captured Variable of type {type(leaf).__name__} from "
                 f"nnx.{fn_name} (it was created outside the transform)",

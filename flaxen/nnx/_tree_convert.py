@@ -26,8 +26,8 @@ import typing as tp
 import jax
 
 from flaxen import struct
-from flaxen.errors import NNXTransformError
-from flaxen.nnx import _contexts
+from flaxen.errors import NNXTransformError, TraceContextError
+from flaxen.nnx import _contexts, _trace
 from flaxen.nnx._contexts import MergeContext, SplitContext
 from flaxen.nnx._extract_prefix import broadcast_prefix
 from flaxen.nnx._graph_node import GraphNode
@@ -36,8 +36,9 @@ from flaxen.nnx.variablelib import Variable
 from flaxen.typing import Missing
 
 __all__ = [
-    "NodeStates", "aliasing_error", "check_consistent_aliasing", "clear_non_graph_nodes",
-    "default_split_fn", "from_tree", "is_tree_node", "merge_tree_node", "to_tree",
+    "NodeStates", "aliasing_error", "can_update", "check_consistent_aliasing",
+    "clear_non_graph_nodes", "default_split_fn", "from_tree", "is_tree_node", "merge_tree_node",
+    "to_tree",
 ]
 
 KeyPath = tuple
@@ -146,6 +147,16 @@ def _equal(a: tp.Any, b: tp.Any) -> bool:
         return False
 
 
+def can_update(v: Variable) -> bool:
+    """Whether ``v`` may take updates here: it was created under the current JAX trace (not
+    captured by closure from outside a transform), or it is a hijax Variable."""
+    return bool(v.hijax) or v._trace_state is _trace.current_trace()
+
+
+def _where(path: tuple) -> str:
+    return "/" + "/".join(map(str, path))
+
+
 def check_consistent_aliasing(node: tp.Any, prefix: tp.Any, /, *,
                               node_prefixes: dict[int, list] | None = None) -> None:
     """Records ``(path, prefix)`` for each Variable of ``node`` in ``node_prefixes`` and
@@ -167,7 +178,20 @@ def check_consistent_aliasing(node: tp.Any, prefix: tp.Any, /, *,
     variables: dict[int, Variable] = {}
     map_prefix = getattr(prefix, "map_prefix", None)
     for path, value in iter_graph(node, graph=True):
+        if isinstance(value, GraphNode):
+            try:
+                value.check_valid_context("")
+            except TraceContextError:
+                raise TraceContextError(
+                    f"Trying to extract graph node from different trace level, got a "
+                    f"{type(value).__name__} at {_where(path)} (captured by closure inside a "
+                    "transform?); pass it as an argument of the transform instead.") from None
         if isinstance(value, Variable):
+            if not can_update(value):
+                raise NNXTransformError(
+                    _where(path), f"Cannot extract graph node from different trace level, got "
+                    f"a {type(value).__name__} created under another JAX trace",
+                    "Pass it as an argument of the transform instead of capturing it.")
             p = map_prefix(path, value) if callable(map_prefix) else prefix
             variables[id(value)] = value
             seen.setdefault(id(value), []).append((path, p))

@@ -263,8 +263,8 @@ def from_tree2(tree: tp.Any, /, recreate_variables: bool = True) -> tp.Any:
             defs = graphdef.defs
             leaves = ([x.state] if type(defs[0]) is VariableDef
                       else _ops._leaves_from_states(defs, (x.state,), "from_tree2"))
-            raw: GraphDef[tp.Any] = GraphDef(_raw_leaf_defs(defs, leaves),
-                                             getattr(graphdef, "outer_index", None))
+            raw: GraphDef[tp.Any] = GraphDef(
+                _raw_leaf_defs(defs, leaves), outer_index=getattr(graphdef, "outer_index", None))
             return ctx.unflatten(raw, leaves)
 
         return jax.tree_util.tree_map(

@@ -376,6 +376,29 @@ def test_check_consistent_aliasing_message_names_paths():
         extract.check_consistent_aliasing(m, None, node_prefixes=seen)
 
 
+def test_check_consistent_aliasing_refuses_objects_of_another_trace():
+    from flaxen.errors import TraceContextError
+
+    m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    empty = nnx.Dict()
+    v = nnx.Param(1.0)
+
+    @jax.jit
+    def f(x):
+        # Variables are met before the node that holds them
+        with pytest.raises(ValueError, match="at /bias: Cannot extract graph node from diff"):
+            extract.check_consistent_aliasing(m, 0)
+        with pytest.raises(ValueError, match="at /: Cannot extract graph node from different"):
+            extract.check_consistent_aliasing(v, 0)
+        with pytest.raises(TraceContextError, match="different trace level, got a Dict"):
+            extract.to_tree((empty,), prefix=(0,))
+        return x
+
+    f(1.0)
+    extract.check_consistent_aliasing(m, 0)  # its own trace: fine
+    extract.check_consistent_aliasing(empty, 0)
+
+
 def test_graph_prefix_is_a_tree_state_usable_by_vmap():
     @nnx.vmap
     def create(rngs):
