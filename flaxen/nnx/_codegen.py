@@ -126,7 +126,8 @@ _COMMON_ENV = {
     "_vs_type": VariableState.type.__set__,  # type: ignore[attr-defined]
     "_vs_value": VariableState.value.__set__,  # type: ignore[attr-defined]
     "_vs_meta": VariableState._var_metadata.__set__,  # type: ignore[attr-defined]
-    "_set_map": State._mapping.__set__,  # type: ignore[attr-defined]
+    # a State's storage: a slot or an instance attribute, object.__setattr__ sets either
+    "_osa": object.__setattr__,
 }
 
 
@@ -155,7 +156,7 @@ def make_states_fn(defs: tuple, variables: bool = False) -> tp.Callable[[list], 
         for k, sub in node.items():
             items.append(f"{src.const(k)}: " + (f"a{sub}" if type(sub) is int else emit(sub)))
         name = src.fresh("s")
-        ln.append(f"{name} = _new(_S); _set_map({name}, {{{', '.join(items)}}})")
+        ln.append(f"{name} = _new(_S); _osa({name}, '_mapping', {{{', '.join(items)}}})")
         return name
 
     ln.append(f"return {emit(trie or {})}")
@@ -180,7 +181,7 @@ def make_nest_fn(paths: tp.Sequence[tuple]) -> tp.Callable[[tp.Sequence], State]
         items = [f"{src.const(k)}: " + (f"a{sub}" if type(sub) is int else emit(sub))
                  for k, sub in node.items()]
         name = src.fresh("s")
-        ln.append(f"{name} = _new(_S); _set_map({name}, {{{', '.join(items)}}})")
+        ln.append(f"{name} = _new(_S); _osa({name}, '_mapping', {{{', '.join(items)}}})")
         return name
 
     ln.append(f"return {emit(trie)}")
@@ -341,3 +342,82 @@ def make_merge_fn(defs: tuple, variables: bool = False) -> tp.Callable[[State], 
 
     env["_set_status"] = Pytree._pytree__status.__set__  # type: ignore[attr-defined]
     return src.compile("merge_state", "s", env)
+
+
+# -- tree mode -----------------------------------------------------------------------------
+
+def make_tree_build_fn(treedef: tp.Any, path_index: tp.Sequence[tuple[tuple, int]]
+                       ) -> tp.Callable[[tp.Sequence], tp.Any] | None:
+    """``fn(leaves) -> tree`` equal to ``treedef.unflatten`` of ``leaves`` reordered by
+    ``path_index`` (leaf ``i`` goes to treedef position ``path_index[i][1]``), or :data:`MISS`
+    for a wrong number of leaves; None for trees too large to be worth it.
+
+    Why: JAX's unflatten calls back into Python once per custom node, and an NNX model is
+    mostly custom nodes (each Module, List, Rngs...). The generated code builds the objects
+    directly: ``nnx.Pytree`` nodes as their unflatten does (new object, trace, status,
+    ``__dict__``: data attributes, then static ones), dicts, lists, tuples and None inline;
+    any other node through its own subtree's unflatten.
+    """
+    if treedef.num_nodes > _MAX_OBJECTS:
+        return None
+    # upward: Pytree nodes are built inline; pytreelib sits above this file
+    from flaxen.nnx.pytreelib import Pytree
+
+    base_unflatten = Pytree.__dict__["_pytree__unflatten"].__func__
+    n = len(path_index)
+    slot = [0] * n  # treedef position -> name of the leaf in path order
+    for i, (_, pos) in enumerate(path_index):
+        slot[pos] = i
+    src = _Source()
+    ln = src.lines
+    ln.append(f"if _len(vs) != {n}: return _MISS")
+    if n:
+        ln.append(", ".join(f"l{i}" for i in range(n)) + ", = vs")
+    ln.append("tr = _current_trace()")
+    counter = [0]
+
+    def build(td: tp.Any) -> str:
+        data = td.node_data()
+        if data is None:  # a leaf
+            j = counter[0]
+            counter[0] = j + 1
+            return f"l{slot[j]}"
+        typ, aux = data
+        kids = td.children()
+        if typ is type(None):
+            return "None"
+        if typ is tuple:
+            return "(" + "".join(f"{build(c)}, " for c in kids) + ")"
+        if typ is list:
+            return "[" + ", ".join(build(c) for c in kids) + "]"
+        if typ is dict:
+            parts = [f"{src.const(k)}: {build(c)}" for k, c in zip(aux, kids)]
+            return "{" + ", ".join(parts) + "}"
+        setter = _dict_setter(typ) if isinstance(typ, type) and issubclass(typ, Pytree) \
+            else None
+        unflatten = getattr(typ, "_pytree__unflatten", None)
+        if setter is None or getattr(unflatten, "__func__", None) is not base_unflatten:
+            # another kind of node: its own subtree's unflatten, on its leaves
+            start = counter[0]
+            counter[0] = start + td.num_leaves
+            leaves = ", ".join(f"l{slot[j]}" for j in range(start, counter[0]))
+            return f"{src.const(td)}.unflatten([{leaves}])"
+        data_keys, static_keys, static_values, status = aux
+        str_keys = typ._graph_int_keys
+        items = [f"{src.const(str(k) if str_keys else k)}: {build(c)}"
+                 for k, c in zip(data_keys, kids)]
+        if static_keys:
+            statics = {str(k) if str_keys else k: v for k, v in zip(static_keys, static_values)}
+            items.append(f"**{src.const(statics)}")
+        o = src.fresh("o")
+        ln.append(f"{o} = _new({src.const(typ)}); _set_node_trace({o}, tr); "
+                  f"_set_status({o}, {src.const(status)}); "
+                  f"{src.const(setter)}({o}, {{{', '.join(items)}}})")
+        return o
+
+    root = build(treedef)
+    ln.append(f"return {root}")
+    env = dict(_COMMON_ENV)
+    env["_set_node_trace"] = GraphNode._nnx_trace.__set__  # type: ignore[attr-defined]
+    env["_set_status"] = Pytree._pytree__status.__set__  # type: ignore[attr-defined]
+    return src.compile("build_tree", "vs", env)

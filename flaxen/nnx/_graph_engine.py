@@ -337,13 +337,16 @@ _MISSING_ATTR = object()
 
 
 def unflatten(defs: tuple, leaves: tp.Sequence[tp.Any],
-              idxmap: tp.Mapping[int, tp.Any] | None = None) -> tuple[list, dict[int, tp.Any]]:
+              idxmap: tp.Mapping[int, tp.Any] | None = None, recreate: bool = True
+              ) -> tuple[list, dict[int, tp.Any]]:
     """Objects for ``defs``; ``leaves[i]`` is the value of the i-th leaf definition.
 
     A leaf that is a :class:`VariableState` also supplies its Variable's metadata; a leaf
     that is :data:`MISSING` keeps the reused Variable's value. Objects whose definition
     index is in ``idxmap`` are reused and updated in place; all others are built fresh.
-    Returns the roots and ``{index: object}`` for every shared object.
+    With ``recreate=False`` (Flax's ``recreate_variables=False``) a leaf that is not a
+    Variable is put in place as it is, not wrapped in a new Variable (reused Variables are
+    still updated). Returns the roots and ``{index: object}`` for every shared object.
     """
     built: dict[int, tp.Any] = {}
     pos = [0]
@@ -372,6 +375,9 @@ def unflatten(defs: tuple, leaves: tp.Sequence[tp.Any],
             else:
                 value, meta = leaf, None
             var = reuse.get(d.index) if reuse else None
+            if var is None and not recreate:
+                built[d.index] = leaf
+                return leaf
             if var is not None and type(var) is d.type:
                 if value is not MISSING:
                     object.__setattr__(var, "raw_value", value)

@@ -352,6 +352,8 @@ def update(node: Node, state: tp.Mapping, /, *states: tp.Mapping) -> None:
     if leaves is None:
         leaves = _leaves_from_states(fg.graphdef.defs, (state, *states), "update",
                                      allow_missing=True)
+    if not fg.has_arrays and _write_plain(fg.leaves, leaves):
+        return
     arrays = False
     for var, leaf in zip(fg.leaves, leaves):
         if leaf is var:  # a State of the node's own Variables: nothing to write
@@ -378,6 +380,66 @@ def update(node: Node, state: tp.Mapping, /, *states: tp.Mapping) -> None:
         leaves = [old if new is eng.MISSING and not isinstance(old, Variable) else new
                   for old, new in zip(fg.leaves, leaves)]
         eng.unflatten(fg.defs, leaves, dict(enumerate(fg.refs)))
+
+
+# A leaf type's kind for _write_plain: 0 a VariableState, 1 a plain Variable subclass, 2 any
+# other value (a raw array), 3 one the general loop must handle (a hijax Variable, or a
+# class with its own raw_value / _var_metadata attribute: the slots are written directly).
+_KINDS: dict[type, int] = {}
+_set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
+_set_meta = Variable._var_metadata.__set__  # type: ignore[attr-defined]
+
+
+def _kind(t: type) -> int:
+    k = _KINDS.get(t)
+    if k is None:
+        if getattr(t, "_hijax_var_type", None) is not None:
+            k = 3
+        elif issubclass(t, VariableState):
+            k = 0
+        elif issubclass(t, Variable):
+            plain = (t.raw_value is Variable.raw_value  # type: ignore[attr-defined]
+                     and t._var_metadata is Variable._var_metadata)  # type: ignore[attr-defined]
+            k = 1 if plain else 3
+        else:
+            k = 2
+        _KINDS[t] = k
+    return k
+
+
+def _write_plain(variables: list, leaves: list) -> bool:
+    """``update``'s writes when every target is a plain Variable and every leaf a Variable,
+    a VariableState or a raw value (what a State from split holds): the same writes as the
+    general loop, with each type's kind looked up once instead of isinstance chains per
+    leaf. False, with nothing written, when some pair needs the general loop."""
+    # the distinct types are few: check those, not every pair
+    if any(_kind(t) != 1 for t in set(map(type, variables))) or any(
+            _kind(t) == 3 for t in set(map(type, leaves))):
+        return False
+    kinds = _KINDS
+    missing = eng.MISSING
+    bump = False
+    for var, leaf in zip(variables, leaves):
+        if leaf is var or leaf is missing:  # its own Variable, or no new value: no write
+            continue
+        k = kinds[type(leaf)]
+        if k == 1:
+            _set_raw(var, leaf.raw_value)
+            meta = leaf._var_metadata
+            if meta != var._var_metadata:
+                _set_meta(var, dict(meta))
+                bump = True  # the cached walk froze the old metadata
+        elif k == 0:
+            _set_raw(var, leaf.value)
+            meta = leaf._var_metadata
+            if meta != var._var_metadata:
+                _set_meta(var, dict(meta))
+                bump = True
+        else:
+            _set_raw(var, leaf)
+    if bump:
+        eng._EPOCH[0] += 1
+    return True
 
 
 _SEEN = object()

@@ -50,14 +50,11 @@ from flaxen.nnx._graph_state import (  # a State bundled with its GraphDef
     _merge_graph_states,
 )
 from flaxen.nnx._graph_walk import (  # walking a graph without splitting it
-    _check_tree,
     _is_pytree,  # noqa: F401 - the walkers' helpers, kept importable from here
     _is_walked,  # noqa: F401
-    _key,
     _mode,
     _node_items,  # noqa: F401
     _path_str,
-    _tree_leaf,
     find_duplicates,
     iter_children,
     iter_graph,
@@ -103,6 +100,14 @@ from flaxen.nnx._node_protocol import (  # the node protocol and its registry
     register_graph_node_type,
     register_pytree_node_type,
 )
+from flaxen.nnx._tree_mode import (  # tree mode (graph=False), re-exported here
+    TreeGraphDef,
+    TreeNodeDef,
+    tree_unflatten,
+)
+from flaxen.nnx._tree_mode import flat_leaves as _flat_leaves
+from flaxen.nnx._tree_mode import flatten_mapping as _flatten_mapping
+from flaxen.nnx._tree_mode import tree_flatten_slow as _tree_flatten_slow
 from flaxen.nnx._var_tools import set_metadata, with_vars
 from flaxen.nnx.statelib import FlatState, State, check_paths
 from flaxen.nnx.variablelib import Variable, is_array_ref
@@ -275,91 +280,6 @@ class _ApplyCaller(_ops._ApplyCaller):
         return out, split(node, graph=self._graph)  # None: the current graph mode
 
 
-class TreeNodeDef:
-    """The root definition of a tree-mode split: the JAX treedef and the leaf paths.
-
-    States list their leaves sorted by path (as graph mode does); ``path_index`` pairs each
-    path, in that order, with the leaf's position in the treedef, and :meth:`unflatten`
-    puts leaves given in path order back where the treedef wants them.
-    """
-
-    __slots__ = ("treedef", "paths", "path_index", "_hash", "_in_order", "_lookup", "_uses")
-
-    def __init__(self, treedef: tp.Any, paths: tuple, path_index: tuple | None = None
-                 ) -> None:
-        self.treedef = treedef
-        self.paths = paths
-        self.path_index = path_index if path_index is not None else tuple(
-            (p, i) for i, p in enumerate(paths))
-        self._hash = hash((treedef, paths))
-        # path order is the treedef's own order for most trees: no reordering then
-        self._in_order = all(i == k for k, (_, i) in enumerate(self.path_index))
-        self._lookup: tp.Any = None
-        self._uses = 0
-
-    def unflatten(self, leaves: tp.Sequence[tp.Any]) -> tp.Any:
-        if self._in_order:
-            return self.treedef.unflatten(leaves)
-        ordered = list(leaves)
-        for (_, i), leaf in zip(self.path_index, leaves):
-            ordered[i] = leaf
-        return self.treedef.unflatten(ordered)
-
-    def leaves_of(self, states: tp.Sequence[tp.Any], what: str) -> list:
-        """The leaves for :meth:`unflatten`, in path order, read out of ``states``."""
-        if len(states) == 1:
-            fn = self._lookup
-            if fn is None:  # generated on the second use: most definitions are reused
-                self._uses += 1
-                if self._uses >= 2:
-                    fn = self._lookup = _codegen.make_lookup_fn(self.paths) or False
-            if fn:
-                out = fn(states[0])
-                if out is not _codegen.MISS:
-                    return out
-        return _flat_leaves(self.paths, states, what)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, TreeNodeDef) and self.treedef == other.treedef \
-            and self.paths == other.paths
-
-    def __repr__(self) -> str:
-        return f"TreeNodeDef({self.treedef})"
-
-
-class TreeGraphDef(tp.Generic[Node]):
-    """The static half of a tree-mode split (hashable, a pytree without leaves)."""
-
-    __slots__ = ("nodes",)
-
-    def __init__(self, nodedef: TreeNodeDef) -> None:
-        self.nodes = (nodedef,)
-
-    @property
-    def treedef(self) -> tp.Any:
-        return self.nodes[0].treedef
-
-    def __hash__(self) -> int:
-        return hash(self.nodes)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, TreeGraphDef) and self.nodes == other.nodes
-
-    def __repr__(self) -> str:
-        return f"GraphDef({self.nodes[0]!r})"
-
-    def merge(self, state: tp.Any, /, *states: tp.Any) -> Node:
-        return merge(self, state, *states)
-
-    def apply(self, state: tp.Any, /, *states: tp.Any) -> _ops._ApplyCaller:
-        return _ApplyCaller(self, (state, *states))  # type: ignore[arg-type]
-
-
-jax.tree_util.register_pytree_node(TreeGraphDef, lambda g: ((), g), lambda g, _: g)
-
 NodeDefType = tp.Union[NodeDef, NodeRef, VariableDef, ArrayRefDef, TreeNodeDef]  # noqa: UP007
 
 
@@ -381,22 +301,6 @@ def _walk(node: tp.Any) -> eng.FlatGraph:
 def _tree_flatten(node: tp.Any) -> tuple[TreeGraphDef, list, list]:
     gd, paths, leaves, _ = tree_flatten_cached(node, _walk, _tree_flatten_slow)
     return gd, list(paths), leaves
-
-
-def _tree_flatten_slow(node: tp.Any) -> tuple[TreeGraphDef, list, list]:
-    _check_tree(node)
-    with_path, treedef = jax.tree_util.tree_flatten_with_path(node, is_leaf=_tree_leaf)
-    tree_paths = [tuple(_key(k) for k in kp) for kp, _ in with_path]
-    order = sorted(range(len(tree_paths)), key=lambda i: _path_order(tree_paths[i]))
-    paths = [tree_paths[i] for i in order]
-    leaves = [with_path[i][1] for i in order]
-    index = tuple((tree_paths[i], i) for i in order)
-    return TreeGraphDef(TreeNodeDef(treedef, tuple(paths), index)), paths, leaves
-
-
-def _path_order(path: tuple) -> tuple:
-    # numbers before names, each in its own order: paths can mix the two at one depth
-    return tuple((0, k, "") if isinstance(k, int) else (1, 0, str(k)) for k in path)
 
 
 # -- flatten / split -----------------------------------------------------------------------
@@ -538,32 +442,6 @@ def variables(node: tp.Any, *filters: filterlib.Filter, graph: bool | None = Non
 
 # -- merge ---------------------------------------------------------------------------------
 
-def _flat_leaves(paths: tp.Sequence[tuple], states: tp.Sequence[tp.Any], what: str) -> list:
-    flat: dict = {}
-    for s in states:
-        if isinstance(s, FlatState) or (isinstance(s, list) and s and isinstance(s[0], tuple)):
-            flat.update((tuple(p), v) for p, v in s)
-        elif isinstance(s, Mapping):
-            _flatten_mapping(s, (), flat)
-    out = []
-    for p in paths:
-        v = flat.get(tuple(p), _MISSING)
-        if v is _MISSING:
-            raise ValueError(
-                f"nnx.{what}: Expected key for Variable but was not found in state: no "
-                f"entry at {_path_str(p)}. Pass the state(s) returned by nnx.split.")
-        out.append(v)
-    return out
-
-
-def _flatten_mapping(m: Mapping, prefix: tuple, out: dict) -> None:
-    for k, v in (m._mapping.items() if isinstance(m, State) else m.items()):
-        if isinstance(v, Mapping) and not isinstance(v, Variable):
-            _flatten_mapping(v, (*prefix, k), out)
-        else:
-            out[(*prefix, k)] = v
-
-
 def _as_variable(d: VariableDef, leaf: tp.Any) -> tp.Any:
     if isinstance(leaf, Variable) or d.type is _graphdef.ArrayLeaf:
         return leaf
@@ -579,9 +457,23 @@ _NO_STATE = _NoState()
 
 @traceback_util.api_boundary
 def merge(graphdef: tp.Any, state: tp.Any = _NO_STATE, /, *states: tp.Any,
-          copy: bool = False) -> tp.Any:
+          copy: bool = False, recreate_variables: bool = True) -> tp.Any:
     """Builds the object graph of ``graphdef`` around the given Variables (used as they are,
-    or copies of them with ``copy=True``; raw values in pure dicts become new Variables)."""
+    or copies of them with ``copy=True``). Raw values (a pure dict) become new Variables of
+    the split's types and metadata; with ``recreate_variables=False`` a graph-mode merge puts
+    them in place as they are (tree mode always rebuilds the Variables, as Flax's does).
+
+    >>> from flaxen import nnx
+    >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> graphdef, state = nnx.split(model)
+    >>> pure = nnx.to_pure_dict(state)
+    >>> type(nnx.merge(graphdef, pure).kernel).__name__
+    'Param'
+    >>> type(nnx.merge(graphdef, pure, recreate_variables=False).kernel).__name__
+    'ArrayImpl'
+    >>> nnx.merge(graphdef, state, copy=True).kernel is model.kernel
+    False
+    """
     if copy:
         state, states = _copy_vars(state), tuple(_copy_vars(s) for s in states)
     if not states and type(state) is State and type(graphdef) is GraphDef:
@@ -608,7 +500,7 @@ def merge(graphdef: tp.Any, state: tp.Any = _NO_STATE, /, *states: tp.Any,
             leaves = [_single_leaf(all_states)]
         else:
             leaves = nodedef.leaves_of(all_states, "merge")
-        return nodedef.unflatten(leaves)
+        return tree_unflatten(graphdef, leaves)
     if not isinstance(graphdef, _graphdef.GraphDef):
         raise TypeError(
             f"nnx.merge expects a GraphDef first, got a {type(graphdef).__name__}. Pass the "
@@ -621,7 +513,7 @@ def merge(graphdef: tp.Any, state: tp.Any = _NO_STATE, /, *states: tp.Any,
                               "merge")
     else:
         leaves = _ops._leaves_from_states(defs, all_states, "merge")
-    return eng.unflatten(defs[:1], leaves)[0][0]
+    return eng.unflatten(defs[:1], leaves, None, recreate_variables)[0][0]
 
 
 def _copy_vars(tree: tp.Any) -> tp.Any:
@@ -638,9 +530,10 @@ def _single_leaf(states: tuple) -> tp.Any:
 
 
 def unflatten(graphdef: tp.Any, state: tp.Any, /, *, index_ref: dict | None = None,
-              outer_index_outer_ref: dict | None = None, copy_variables: bool = False
-              ) -> tp.Any:
-    """:func:`merge` from a FlatState or list of leaves (checks the leaf count)."""
+              outer_index_outer_ref: dict | None = None, copy_variables: bool = False,
+              recreate_variables: bool = True) -> tp.Any:
+    """:func:`merge` from a FlatState or list of leaves (checks the leaf count).
+    ``recreate_variables=False``: raw values stay raw in graph mode (see :func:`merge`)."""
     if isinstance(state, Mapping):
         counted: dict = {}
         _flatten_mapping(state, (), counted)
@@ -665,15 +558,15 @@ def unflatten(graphdef: tp.Any, state: tp.Any, /, *, index_ref: dict | None = No
         raise ValueError(
             f"Incorrect number of leaves: the graph definition has {n} leaves, the state "
             f"{len(leaves)}. Pass the state that nnx.graphlib.flatten returned with it.")
+    if isinstance(graphdef, TreeGraphDef):
+        return tree_unflatten(graphdef, leaves, copy_variables)
     if copy_variables:
         leaves = [v.copy() if isinstance(v, Variable) else v for v in leaves]
-    if isinstance(graphdef, TreeGraphDef):
-        return graphdef.nodes[0].unflatten(leaves)
     idxmap = None
     if outer_index_outer_ref is not None and getattr(graphdef, "outer_index", None):
         idxmap = {i: outer_index_outer_ref[o] for i, o in graphdef.outer_index.items()
                   if o in outer_index_outer_ref}
-    roots, built = eng.unflatten(graphdef.defs[:1], leaves, idxmap)
+    roots, built = eng.unflatten(graphdef.defs[:1], leaves, idxmap, recreate_variables)
     if index_ref is not None:
         index_ref.update(built)
     return roots[0]

@@ -69,6 +69,22 @@ def _contract_kwargs(preferred: tp.Any, out_sharding: tp.Any) -> dict:
     return kw
 
 
+_ArrayImpl = type(jnp.zeros(()))
+
+
+def _linear_math(inputs: Array, kernel: Array, bias: Array | None, precision: tp.Any
+                 ) -> Array:
+    y = lax.dot_general(inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())),
+                        precision=precision)
+    if bias is not None:
+        y += jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+    return y
+
+
+# the same math as Linear.__call__'s general path, compiled once per shape and precision
+_eager_linear = jax.jit(_linear_math, static_argnums=3)
+
+
 class Linear(Module):
     """``y = x @ kernel + bias`` over the last axis; ``kernel`` is ``(in, out)``.
 
@@ -123,6 +139,13 @@ class Linear(Module):
         )
         if inputs.ndim and inputs.shape[-1] != kernel.shape[0]:
             check_features("Linear", inputs, (-1,), kernel.shape[:1], kernel.shape, "in_features")
+        if (self.dot_general is lax.dot_general and self.preferred_element_type is None
+                and out_sharding is None and type(inputs) is _ArrayImpl
+                and (self.precision is None or isinstance(self.precision, (str, lax.Precision)))
+                and type(kernel) is _ArrayImpl):
+            # eager call of the default layer: one compiled dispatch instead of three
+            # (dot_general, reshape and add each go through JAX's slower primitive path)
+            return _eager_linear(inputs, kernel, bias, self.precision)
         y = self.dot_general(
             inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())), precision=self.precision,
             **_contract_kwargs(self.preferred_element_type, out_sharding),
