@@ -38,8 +38,7 @@ from flaxen.nnx.transforms._callable_types import (
     WhileLoopBodyFn,
     WhileLoopCondFn,
 )
-from flaxen.nnx.transforms._carry import resolve_kwargs
-from flaxen.nnx.transforms._common import check_prefix, resolve_bound
+from flaxen.nnx.transforms._common import check_prefix, resolve_bound, resolve_kwargs
 from flaxen.nnx.transforms._mapped import mapped_call
 from flaxen.nnx.variablelib import Variable
 

@@ -251,7 +251,7 @@ def resolve_kwargs(fun: tp.Callable[..., tp.Any] = _MISSING, args: tuple = _MISS
     return _resolve(fun, args, kwargs)
 
 
-from flaxen.nnx.transforms._carry import resolve_kwargs as _resolve  # noqa: E402
+from flaxen.nnx.transforms._common import resolve_kwargs as _resolve  # noqa: E402
 
 # -- lifted modules and abstract Variable values ------------------------------------------------
 
