@@ -52,8 +52,10 @@ class FrozenDict(Mapping[K, V]):
     """An immutable variant of the Python dict.
 
     Nested dicts are frozen too: reading a nested mapping returns a
-    ``FrozenDict``. Any attempt to mutate raises ``ValueError``; use
-    :meth:`copy`, :meth:`pop` or :func:`unfreeze` to derive a changed version.
+    ``FrozenDict``. Setting a key raises ``ValueError``; as in Flax, there is no
+    ``__delitem__`` (``del d[k]`` raises ``AttributeError``) and no ``|``
+    (``TypeError``). Use :meth:`copy`, :meth:`pop` or :func:`unfreeze` to derive
+    a changed version.
 
     >>> d = FrozenDict({'a': {'b': 1}})
     >>> d['a']['b']
@@ -91,12 +93,6 @@ class FrozenDict(Mapping[K, V]):
         raise ValueError(
             f"FrozenDict is immutable: cannot set key {key!r}. Build a new one "
             "with `d.copy({key: value})`, or `unfreeze(d)` to get a mutable dict."
-        )
-
-    def __delitem__(self, key: Any) -> None:
-        raise ValueError(
-            f"FrozenDict is immutable: cannot delete key {key!r}. Use "
-            "`new_d, value = d.pop(key)` to get a copy without it."
         )
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -140,17 +136,6 @@ class FrozenDict(Mapping[K, V]):
                 h ^= hash((key, value))
             object.__setattr__(self, "_hash", h)
         return h
-
-    def __or__(self, other: Any) -> FrozenDict[K, V]:
-        if not isinstance(other, Mapping):
-            return NotImplemented
-        return self.copy(other)
-
-    def __ror__(self, other: Any) -> FrozenDict[K, V]:
-        if not isinstance(other, Mapping):
-            return NotImplemented
-        merged: FrozenDict[Any, Any] = FrozenDict(other)
-        return merged.copy(self)
 
     def get(self, key: Any, default: Any = None) -> Any:
         """Returns ``self[key]`` if present, else ``default``."""

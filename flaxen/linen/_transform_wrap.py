@@ -45,12 +45,15 @@ _PUBLIC_MODULE = "flaxen.linen.transforms"
 class InstancePlaceholder:
     """Stands for a bound Module of the arguments while they cross a transform.
 
-    A pytree without leaves, so JAX transforms pass it through untouched. It compares by
-    position only; the Module it stands for rides along for :func:`set_module_scopes`.
+    Flax's fields: the Module's class ``cls``, its constructor field values ``attrs`` and
+    ``id``, here the index of the crossing scope the Module is bound to. A pytree without
+    leaves, so JAX transforms pass it through untouched; it compares by ``cls`` and ``id``.
+    The Module it stands for rides along (``module``) for :func:`restore_args`.
     """
 
-    idx: int
-    scope_idx: int
+    cls: type
+    attrs: Mapping[str, Any] = dataclasses.field(compare=False)
+    id: int
     module: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def replace(self, **updates: Any) -> InstancePlaceholder:
@@ -60,16 +63,22 @@ class InstancePlaceholder:
 
 @dataclasses.dataclass(frozen=True)
 class VariablePlaceholder:
-    """Stands for a Variable of the arguments (rebuilt on the inner scope ``scope_idx``)."""
+    """Stands for a Variable of the arguments (rebuilt on the inner scope number ``id``)."""
 
     collection: str
     name: str
     unbox: bool
-    scope_idx: int
+    id: int  # the index of the crossing scope the Variable is rebuilt on
 
     def replace(self, **updates: Any) -> VariablePlaceholder:
         """A copy with the given fields changed (as Flax's struct dataclasses have)."""
         return dataclasses.replace(self, **updates)
+
+
+def _init_attrs(module: Any) -> Mapping[str, Any]:
+    """The constructor field values of ``module`` (without ``parent`` and ``name``)."""
+    return {f.name: getattr(module, f.name) for f in dataclasses.fields(module)
+            if f.init and f.name not in ("parent", "name")}
 
 
 def _flatten_placeholder(p: Any) -> tuple[tuple, Any]:
@@ -139,13 +148,11 @@ def collect_scopes(module: Any, args: tuple, kwargs: dict, what: str,
     if not any(isinstance(x, (ModuleBase, Variable)) for x in leaves):
         return index.scopes, args, kwargs
     new_leaves: list[Any] = []
-    n_modules = 0
     for leaf in leaves:
         if isinstance(leaf, ModuleBase) and leaf.__dict__.get("scope") is not None:
             try_setup(leaf, shallow=True)
             scope_id = index.add(leaf.__dict__["scope"])
-            new_leaves.append(InstancePlaceholder(n_modules, scope_id, leaf))
-            n_modules += 1
+            new_leaves.append(InstancePlaceholder(type(leaf), _init_attrs(leaf), scope_id, leaf))
         elif isinstance(leaf, Variable):
             new_leaves.append(VariablePlaceholder(
                 leaf.collection, leaf.name, leaf.unbox, index.add(leaf.scope)))
@@ -311,13 +318,13 @@ def restore_args(args: tuple, kwargs: dict, scopes: list[Scope], cache: dict | N
             mod = leaf.module
             clone = None if cache is None else cache.get(id(mod))
             if clone is None:
-                clone = mod.clone(parent=scopes[leaf.scope_idx], _deep_clone=True)
+                clone = mod.clone(parent=scopes[leaf.id], _deep_clone=True)
                 clone.__dict__["_state"] = export_state(mod._state)
                 if cache is not None:
                     cache[id(mod)] = clone
             new_leaves.append(clone)
         elif isinstance(leaf, VariablePlaceholder):
-            new_leaves.append(Variable(scopes[leaf.scope_idx], leaf.collection, leaf.name,
+            new_leaves.append(Variable(scopes[leaf.id], leaf.collection, leaf.name,
                                        unbox=leaf.unbox))
         else:
             new_leaves.append(leaf)

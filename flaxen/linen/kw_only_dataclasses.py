@@ -22,11 +22,26 @@ Child(x=2, size=4.0)
 from __future__ import annotations
 
 import dataclasses
+import re
+import sys
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 __all__ = ["KW_ONLY", "Annotation", "Default", "FieldName", "M", "dataclass", "field"]
 
-KW_ONLY = dataclasses.KW_ONLY
+
+
+class _KwOnlyType:
+    """The type of :data:`KW_ONLY`, Flax's keyword-only marker."""
+
+    def __repr__(self) -> str:
+        return "KW_ONLY"
+
+
+# Flax's marker: the annotation of a pseudo-field (``_: KW_ONLY``) after which this module's
+# dataclass() makes every field keyword-only, and the key field(kw_only=True) sets in a
+# field's metadata. Python's own dataclasses.KW_ONLY works in the annotation too.
+KW_ONLY = _KwOnlyType()
 M = TypeVar("M", bound="Any")  # a Module class in Flax's annotations
 FieldName = str
 Annotation = Any
@@ -40,7 +55,44 @@ def field(*, metadata: Any = None, kw_only: Any = dataclasses.MISSING, **kwargs:
     >>> f.default, f.kw_only
     (1, True)
     """
+    if kw_only is not dataclasses.MISSING and kw_only:
+        metadata = MappingProxyType({**(metadata or {}), KW_ONLY: True})
     return dataclasses.field(metadata=metadata, kw_only=kw_only, **kwargs)
+
+
+_DOTTED = re.compile(r"^\s*(?:(\w+)\s*\.)?\s*(\w+)\s*$")
+
+
+def _is_marker(annotation: Any, cls: type) -> bool:
+    """Whether ``annotation`` is :data:`KW_ONLY`, also as a string annotation
+    (``from __future__ import annotations``) naming it in ``cls``'s module."""
+    if annotation is KW_ONLY:
+        return True
+    if not isinstance(annotation, str):
+        return False
+    match = _DOTTED.match(annotation)
+    module = sys.modules.get(cls.__module__)
+    if match is None or module is None:
+        return False
+    owner, name = match.groups()
+    namespace = vars(module)
+    if owner is not None:
+        owner_value = namespace.get(owner)
+        return owner_value is not None and getattr(owner_value, name, None) is KW_ONLY
+    return namespace.get(name) is KW_ONLY
+
+
+def _replace_markers(cls: type) -> None:
+    """Turns a ``_: KW_ONLY`` pseudo-field of ``cls`` into Python's ``dataclasses.KW_ONLY``,
+    which ``dataclasses`` then applies to the fields after it."""
+    own = cls.__dict__.get("__annotations__", {})
+    markers = [name for name, annotation in own.items() if _is_marker(annotation, cls)]
+    if len(markers) > 1:
+        raise TypeError(
+            f"{cls.__name__} has {len(markers)} KW_ONLY markers ({', '.join(markers)}); "
+            "keep one: every field after it is keyword-only.")
+    for name in markers:
+        own[name] = dataclasses.KW_ONLY
 
 
 def _inherited_kw_only(cls: type) -> set[str]:
@@ -99,6 +151,7 @@ def dataclass(cls: type | None = None, extra_fields: Any = None, **kwargs: Any) 
                 klass.__annotations__ = {}
             klass.__annotations__[name] = annotation
             setattr(klass, name, default)
+        _replace_markers(klass)
         _keep_kw_only(klass)
         return dataclasses.dataclass(klass, **kwargs)
 

@@ -25,6 +25,11 @@ SIGNED_FLOAT_RE = re.compile(r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)")
 UNSIGNED_FLOAT_RE = re.compile(r"[-+]?((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)")
 MODULE_NUM_RE = re.compile(r"(.*)_\d+$")
 MP_ARRAY_POSTFIX = "_gda"
+# What Flax's legacy (pre-Orbax) multiprocess save writes in the msgpack file in place of each
+# multiprocess array, whose data goes to a `<checkpoint>_gda` folder instead.
+MP_ARRAY_PH = "//GDAPlaceholder:"
+# An optional URL scheme (`gs://`) and the path after it.
+SCHEME_RE = re.compile(r"^(?P<scheme>[a-z][a-z0-9.+-]+://)?(?P<path>.*)", re.DOTALL)
 ORBAX_TMP_MARKER = ".orbax-checkpoint-tmp"
 ORBAX_CKPT_FILENAME = "checkpoint"
 ORBAX_METADATA_FILENAME = "_METADATA"
@@ -59,7 +64,7 @@ def natural_sort(file_list: Iterable[str], signed: bool = True) -> list[str]:
 def safe_normpath(path: str | os.PathLike) -> str:
     """``os.path.normpath`` that leaves a URL scheme (``gs://``) intact."""
     path = os.fspath(path)
-    match = re.match(r"^(?P<scheme>[a-z][a-z0-9.+-]+://)?(?P<path>.*)", path)
+    match = SCHEME_RE.match(path)
     assert match is not None  # the pattern matches every string
     scheme = match.group("scheme") or ""
     return scheme + os.path.normpath(match.group("path"))
@@ -74,7 +79,8 @@ def absolute_path(path: str | os.PathLike) -> str:
     'gs://bucket/ckpts'
     """
     path = safe_normpath(path)
-    if re.match(r"^[a-z][a-z0-9.+-]+://", path):
+    match = SCHEME_RE.match(path)
+    if match is not None and match.group("scheme"):
         return path
     return os.path.abspath(path)
 

@@ -38,10 +38,12 @@ from flaxen import _tree_compare, errors, io, serialization
 from flaxen.training import _ckpt_io, _ckpt_paths
 from flaxen.training._ckpt_paths import (
     MODULE_NUM_RE,
+    MP_ARRAY_PH,
     MP_ARRAY_POSTFIX,
     ORBAX_CKPT_FILENAME,
     ORBAX_MANIFEST_OCDBT,
     ORBAX_METADATA_FILENAME,
+    SCHEME_RE,
     SIGNED_FLOAT_RE,
     UNSIGNED_FLOAT_RE,
     check_overwrite,
@@ -58,10 +60,12 @@ from flaxen.training._ckpt_paths import (
 __all__ = [
     "AsyncManager",
     "MODULE_NUM_RE",
+    "MP_ARRAY_PH",
     "MP_ARRAY_POSTFIX",
     "ORBAX_CKPT_FILENAME",
     "ORBAX_MANIFEST_OCDBT",
     "ORBAX_METADATA_FILENAME",
+    "SCHEME_RE",
     "SIGNED_FLOAT_RE",
     "UNSIGNED_FLOAT_RE",
     "available_steps",
@@ -76,7 +80,26 @@ __all__ = [
 
 logger = logging.getLogger("flaxen.training.checkpoints")
 PyTree = Any
+# a jax.Array that is not fully addressable from this process (spread over several hosts)
+MultiprocessArrayType = Any
 COMMIT_SUCCESS_FILE = "commit_success.txt"
+
+
+def _reject_multiprocess_placeholders(state_dict: Any, ckpt_path: str) -> None:
+    """Raises if the legacy file holds :data:`MP_ARRAY_PH` placeholders: Flax's pre-Orbax
+    multiprocess save kept those arrays in ``<checkpoint>_gda`` folders, which flaxen does not
+    read (its multiprocess checkpoints are Orbax ones)."""
+    leaves = jax.tree_util.tree_flatten_with_path(state_dict)[0]
+    paths = [jax.tree_util.keystr(path) for path, leaf in leaves
+             if isinstance(leaf, str) and leaf.startswith(MP_ARRAY_PH)]
+    if paths:
+        raise ValueError(
+            f'Checkpoint "{ckpt_path}" keeps {len(paths)} multiprocess array(s) ({paths[0]}'
+            f"{', ...' if len(paths) > 1 else ''}) in {MP_ARRAY_POSTFIX} folders, Flax's legacy "
+            "multiprocess format, which flaxen does not read. Restore it with the Flax release "
+            "that wrote it and save it again through Orbax (orbax_checkpointer=...), which "
+            "flaxen restores."
+        )
 
 
 class AsyncManager:
@@ -591,6 +614,7 @@ def restore_checkpoint(
             f"({_steps_hint(os.path.dirname(ckpt_path), prefix)})."
         ) from e
     del contents
+    _reject_multiprocess_placeholders(state_dict, ckpt_path)
     if target is None:
         return state_dict
     if strict:

@@ -36,7 +36,8 @@ def test_mutation_raises_clear_errors():
     d = FrozenDict({"a": 1})
     with pytest.raises(ValueError, match="immutable.*copy"):
         d["a"] = 2
-    with pytest.raises(ValueError, match="immutable"):
+    # as in Flax 0.12.8: __setitem__ but no __delitem__, so Python raises AttributeError
+    with pytest.raises(AttributeError, match="__delitem__"):
         del d["a"]
     with pytest.raises(AttributeError, match="immutable"):
         d.x = 1
@@ -54,7 +55,7 @@ def test_hash_and_equality_ignore_order():
         hash(FrozenDict({"a": [1]}))
 
 
-def test_copy_pop_and_or():
+def test_copy_and_pop():
     d = FrozenDict({"b": 1, "a": {"x": 2}})
     c = d.copy({"z": 5, "b": 0})
     assert c == {"b": 0, "a": {"x": 2}, "z": 5} and d["b"] == 1
@@ -63,9 +64,11 @@ def test_copy_pop_and_or():
     assert rest == {"b": 1} and "a" in d
     with pytest.raises(KeyError):
         d.pop("missing")
-    merged = d | {"q": 1}
-    assert isinstance(merged, FrozenDict) and merged["q"] == 1
-    assert isinstance({"q": 1} | d, FrozenDict)
+    # `|` is not defined for FrozenDict in Flax 0.12.8 either (copy() merges)
+    with pytest.raises(TypeError):
+        d | {"q": 1}  # noqa: B018
+    with pytest.raises(TypeError):
+        {"q": 1} | d  # noqa: B018
 
 
 def test_unfreeze_returns_nested_plain_dicts_sharing_leaves():

@@ -83,3 +83,24 @@ def test_batch_apply_num_dims_and_non_array_inputs():
 def test_batch_apply_without_array_input_raises():
     with pytest.raises(ValueError, match="requires at least one input"):
         nn.BatchApply(lambda x: x)(1.0)
+
+
+def test_kw_only_is_flaxs_marker_object():
+    assert repr(kwd.KW_ONLY) == "KW_ONLY" and kwd.KW_ONLY is not dataclasses.KW_ONLY
+    f = kwd.field(default=1, kw_only=True)
+    assert f.metadata[kwd.KW_ONLY] is True and f.kw_only is True
+    assert kwd.KW_ONLY not in kwd.field(default=1).metadata
+
+    ns: dict = {}
+    exec(  # a string annotation, as under `from __future__ import annotations`
+        "@kwd.dataclass\nclass B:\n    x: int\n    _: 'kwd.KW_ONLY'\n    y: int = 2\n",
+        {"kwd": kwd, "__name__": __name__}, ns)
+    assert _params(ns["B"]) == ["self", "x", "y"]
+    with pytest.raises(TypeError):
+        ns["B"](1, 2)
+    with pytest.raises(TypeError, match="KW_ONLY markers"):
+        @kwd.dataclass
+        class C:
+            _: kwd.KW_ONLY
+            a: int = 1
+            __: kwd.KW_ONLY
