@@ -404,15 +404,26 @@ def make_tree_build_fn(treedef: tp.Any, path_index: tp.Sequence[tuple[tuple, int
             return f"{src.const(td)}.unflatten([{leaves}])"
         data_keys, static_keys, static_values, status = aux
         str_keys = typ._graph_int_keys
-        items = [f"{src.const(str(k) if str_keys else k)}: {build(c)}"
-                 for k, c in zip(data_keys, kids)]
-        if static_keys:
-            statics = {str(k) if str_keys else k: v for k, v in zip(static_keys, static_values)}
-            items.append(f"**{src.const(statics)}")
+        names = [str(k) if str_keys else k for k in data_keys]
+        exprs = [build(c) for c in kids]
         o = src.fresh("o")
         ln.append(f"{o} = _new({src.const(typ)}); _set_node_trace({o}, tr); "
-                  f"_set_status({o}, {src.const(status)}); "
-                  f"{src.const(setter)}({o}, {{{', '.join(items)}}})")
+                  f"_set_status({o}, {src.const(status)})")
+        if len(static_keys) >= 2:
+            # a copy of a template (data keys first, then the static values), then the data
+            # assigned: cheaper than a dict display that unpacks the static values
+            template = dict.fromkeys(names)
+            template.update((str(k) if str_keys else k, v)
+                            for k, v in zip(static_keys, static_values))
+            dn = src.fresh("d")
+            ln.append(f"{dn} = {src.const(template)}.copy()")
+            ln.extend(f"{dn}[{src.const(k)}] = {e}" for k, e in zip(names, exprs))
+            ln.append(f"{src.const(setter)}({o}, {dn})")
+            return o
+        items = [f"{src.const(k)}: {e}" for k, e in zip(names, exprs)]
+        items += [f"{src.const(str(k) if str_keys else k)}: {src.const(v)}"
+                  for k, v in zip(static_keys, static_values)]
+        ln.append(f"{src.const(setter)}({o}, {{{', '.join(items)}}})")
         return o
 
     root = build(treedef)
