@@ -250,7 +250,14 @@ class Lift:
     def write_values(self, new_values: tp.Sequence[tp.Any]) -> None:
         """Functional modes: the new values into the input Variables, in leaf order (bare
         arrays held as attributes are left alone, as the structure is)."""
-        for var, x in zip(self.leaf_objs, new_values):
+        flat = self.flat
+        if flat is None:
+            return
+        if not flat.has_arrays:  # every leaf a Variable: graph mode's one C-level loop
+            for _ in map(_setattr, flat.leaves, _RAW, new_values):
+                pass
+            return
+        for var, x in zip(flat.leaves, new_values):
             try:  # no isinstance: Variable's metaclass check is slow on this per-call path
                 if var.raw_value is not x:
                     _setattr(var, "raw_value", x)
