@@ -277,3 +277,16 @@ def test_empty_sequential_is_identity():
     iden = nnx.Sequential()
     assert iden(12) == 12 and iden(12, 23) == (12, 23)
     assert iden() is None and iden(k=2) == {"k": 2}
+
+
+def test_train_state_apply_takes_the_state_by_keyword():
+    import jax.numpy as jnp
+    import optax
+
+    model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    graphdef, params = nnx.split(model, nnx.Param)
+    ts = nnx.TrainState.create(graphdef, params=params, tx=optax.sgd(0.1))
+    by_name, _ = ts.apply(state="params")(jnp.ones((1, 2)))
+    by_state, _ = ts.apply(params)(jnp.ones((1, 2)))
+    assert by_name.shape == (1, 3)
+    assert jnp.array_equal(by_name, by_state)

@@ -62,7 +62,7 @@ class TrainState(tp.Generic[M], struct.PyTreeNode):
         return cls(graphdef=graphdef, params=params, tx=tx, opt_state=tx.init(params),
                    step=jnp.asarray(step), **kwargs)
 
-    def apply(self, state: State | str, /, *states: State | str) -> tp.Any:
+    def apply(self, state: State | str, *states: State | str) -> tp.Any:
         """Merges ``graphdef`` with the given States (or names of this TrainState's fields)
         and returns a caller: ``ts.apply('params')(x)`` or ``ts.apply(params).method(x)``
         gives ``(output, (graphdef, updated_state))``.
