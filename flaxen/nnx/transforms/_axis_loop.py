@@ -6,7 +6,10 @@ each step), a ``StateAxes`` (per-Variable choice by filter) or a pytree prefix o
 ``out_axes`` says where the function's output holds the carry and along which axis the other
 outputs are stacked. Variables anywhere in the arguments are updated in place: carried
 state ends with its final value, scanned state is restacked, and broadcast Variables keep
-their updates when ``graph_updates=False`` (they are then carried).
+their updates when ``graph_updates=False`` (they are then carried). The arguments are lifted
+by :class:`~flaxen.nnx._lift.Lift` in roots mode: every leaf has a path from its argument's
+position, from which its axis is read; each step enters fresh copies, and with
+``graph_updates=False`` :func:`~flaxen.nnx._lift.check_carry` holds the state fixed.
 
 >>> import jax.numpy as jnp
 >>> from flaxen import nnx

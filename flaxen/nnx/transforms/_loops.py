@@ -1,9 +1,10 @@
 """Today's ``nnx.while_loop`` and ``nnx.fori_loop``: ``jax.lax`` loops whose state may hold
 Modules and Variables.
 
-The loop state is walked once into leaf values (Variables, arrays, numbers); each iteration
-gets fresh copies of the objects and must return the same structure holding the same
-objects (Variables are updated in place, ``v[...] = ...``). After the loop the caller's
+The loop state is lifted once (:class:`~flaxen.nnx._lift.Lift` in roots mode) into leaf
+values (Variables, arrays, numbers); each iteration gets fresh copies of the objects and
+must return the same structure holding the same objects (Variables are updated in place,
+``v[...] = ...``). After the loop the caller's
 objects hold the final values and are returned in the state.
 
 >>> import jax.numpy as jnp
