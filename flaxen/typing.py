@@ -128,7 +128,8 @@ ConvGeneralDilatedT = Callable[..., Array]  # signature of jax.lax.conv_general_
 EinsumT = Callable[..., Array]  # signature of jnp.einsum
 PaddingLike = str | int | Sequence[int | tuple[int, int]]  # what a layer accepts
 LaxPadding = str | Sequence[tuple[int, int]]  # what jax.lax accepts
-Initializer = Callable[..., Any]  # init(key, shape, dtype=...) -> array
+# init(key, shape, dtype=...) -> array: JAX's initializer protocol or any callable like it
+Initializer = Union[jax.nn.initializers.Initializer, Callable[..., Any]]  # noqa: UP007
 
 # --- variable collections -----------------------------------------------------------------------
 Collection = Mapping[str, Any]

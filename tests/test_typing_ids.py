@@ -176,3 +176,17 @@ def test_flax_id_accepts_attributes_and_reads_as_id():
     b = ids.FlaxId(0)
     b.id = 5
     assert b == ids.FlaxId(5) and b.rawid == 5
+
+
+def test_initializer_alias_admits_jax_initializers_and_plain_callables():
+    import typing
+
+    import jax
+
+    from flaxen import nnx
+    from flaxen import typing as ftyping
+
+    assert nnx.Initializer is ftyping.Initializer
+    members = typing.get_args(ftyping.Initializer)
+    assert jax.nn.initializers.Initializer in members
+    assert any(typing.get_origin(m) is not None for m in members)  # the Callable[..., Any] arm

@@ -90,7 +90,7 @@ from flaxen.nnx.nn.attention import (
     make_attention_mask,
     make_causal_mask,
 )
-from flaxen.nnx.nn.initializers import Initializer as Initializer
+from flaxen.typing import Initializer as Initializer
 from flaxen.nnx.nn.linear import Conv, ConvTranspose, Einsum, Embed, Linear, LinearGeneral
 from flaxen.nnx.nn.lora import LoRA, LoRALinear, LoRAParam
 from flaxen.nnx.nn.normalization import (
