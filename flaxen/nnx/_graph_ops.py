@@ -23,6 +23,9 @@ back) live here too.
 
 from __future__ import annotations
 
+import collections
+import itertools
+import operator
 import typing as tp
 from collections.abc import MutableMapping
 
@@ -388,6 +391,10 @@ def update(node: Node, state: tp.Mapping, /, *states: tp.Mapping) -> None:
 _KINDS: dict[type, int] = {}
 _set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
 _set_meta = Variable._var_metadata.__set__  # type: ignore[attr-defined]
+_get_raw = operator.attrgetter("raw_value")
+_get_value = operator.attrgetter("value")
+_get_meta = operator.attrgetter("_var_metadata")
+_run = collections.deque(maxlen=0).extend  # runs a map for its effects, in C
 
 
 def _kind(t: type) -> int:
@@ -413,11 +420,25 @@ def _write_plain(variables: list, leaves: list) -> bool:
     general loop, with each type's kind looked up once instead of isinstance chains per
     leaf. False, with nothing written, when some pair needs the general loop."""
     # the distinct types are few: check those, not every pair
-    if any(_kind(t) != 1 for t in set(map(type, variables))) or any(
-            _kind(t) == 3 for t in set(map(type, leaves))):
+    present = {_kind(t) for t in set(map(type, leaves))}
+    if any(_kind(t) != 1 for t in set(map(type, variables))) or 3 in present:
         return False
-    kinds = _KINDS
     missing = eng.MISSING
+    if len(present) == 1 and 2 not in present:
+        # all Variables (or all VariableStates), as a State from split holds: the values are
+        # written by C-level maps, and the metadata compared as two lists (identity first)
+        _run(map(_set_raw, variables, map(_get_raw if 1 in present else _get_value, leaves)))
+        metas = list(map(_get_meta, leaves))
+        if list(map(_get_meta, variables)) != metas:
+            for var, meta in zip(variables, metas):
+                if meta != var._var_metadata:
+                    _set_meta(var, dict(meta))
+            eng._EPOCH[0] += 1  # the cached walk froze the old metadata
+        return True
+    if present == {2} and not any(map(operator.is_, leaves, itertools.repeat(missing))):
+        _run(map(_set_raw, variables, leaves))  # raw values, none missing
+        return True
+    kinds = _KINDS
     bump = False
     for var, leaf in zip(variables, leaves):
         if leaf is var or leaf is missing:  # its own Variable, or no new value: no write
