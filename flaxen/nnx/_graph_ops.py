@@ -394,7 +394,7 @@ _set_meta = Variable._var_metadata.__set__  # type: ignore[attr-defined]
 _get_raw = operator.attrgetter("raw_value")
 _get_value = operator.attrgetter("value")
 _get_meta = operator.attrgetter("_var_metadata")
-_run = collections.deque(maxlen=0).extend  # runs a map for its effects, in C
+_run: tp.Callable[[tp.Iterable], None] = collections.deque(maxlen=0).extend  # a map's effects
 
 
 def _kind(t: type) -> int:
