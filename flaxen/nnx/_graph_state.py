@@ -72,11 +72,13 @@ class GraphState(MutableMapping, reprlib.Representable, tp.Generic[A]):
         setattr(self._state, name, value)
 
     def __nnx_repr__(self) -> tp.Iterator[reprlib.Object | reprlib.Attr]:
+        # Flax 0.12.8 prints both fields under their own names
         yield reprlib.Object(type=type(self))
-        yield reprlib.Attr("state", self._state)
+        yield reprlib.Attr("_graphdef", self._graphdef)
+        yield reprlib.Attr("_state", self._state)
 
     def __repr__(self) -> str:
-        return f"GraphState({self._state!r})"
+        return reprlib.Representable.__repr__(self)
 
 
 def _gs_flatten_with_keys(gs: GraphState) -> tuple[list, tuple]:

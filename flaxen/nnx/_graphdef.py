@@ -33,6 +33,7 @@ import jax
 
 from flaxen._hashing import hashable as freeze  # noqa: F401 - used by _graph_engine
 from flaxen._hashing import unwrap as thaw
+from flaxen.nnx import _treescope
 from flaxen.nnx import reprlib as _reprlib
 
 Key = tp.Hashable
@@ -114,7 +115,24 @@ class VariableDef(_SameOuterIndex, _reprlib.Representable, tp.Generic[Node]):
         yield _reprlib.Attr("type", self.type.__name__)
         yield _reprlib.Attr("index", self.index)
         yield _reprlib.Attr("outer_index", None)
-        yield _reprlib.Attr("metadata", _reprlib.PrettyMapping(self.thawed_metadata()))
+        yield _reprlib.Attr("metadata", _reprlib.PrettyMapping(_metadata_shown(self)))
+
+    def __treescope_repr__(self, path: str | None, subtree_renderer: tp.Any) -> tp.Any:
+        return _treescope.render_object_constructor(
+            type(self), {"type": self.type, "index": self.index, "outer_index": None,
+                         "metadata": _metadata_shown(self)}, path, subtree_renderer)
+
+
+_REQUIRED_ORDER = ("hijax", "ref", "eager_sharding")
+
+
+def _metadata_shown(d: VariableDef) -> dict:
+    """A VariableDef's metadata in the order Flax prints a Variable's: the user's entries,
+    then the three every Variable carries (flaxen keeps them sorted, to hash them once)."""
+    meta = d.thawed_metadata()
+    shown = {k: v for k, v in meta.items() if k not in _REQUIRED_ORDER}
+    shown.update((k, meta[k]) for k in _REQUIRED_ORDER if k in meta)
+    return shown
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -339,57 +357,84 @@ class GraphDef(tp.Generic[Node]):
     def __repr__(self) -> str:
         # Flax 0.12.8's flat layout: every node in walk order, then every attribute of every
         # node (sub-nodes as NodeAttr(), the rest as Static(value=...)), then the leaf count
-        nodes: list[_FlatDef] = []
-        attributes: list[tuple[tp.Any, tp.Any]] = []
-        leaves = 0
-
-        def walk(d: tp.Any) -> None:  # a Def, dispatched on its exact type
-            nonlocal leaves
-            t = type(d)
-            index = None if getattr(d, "index", -1) == -1 else d.index
-            if t is NodeDef:
-                name = "GenericPytree" if d.type is PytreeType else d.type.__name__
-                meta = d.type if d.type is not PytreeType else d.metadata
-                nodes.append(_FlatDef("NodeDef", (
-                    ("type", name), ("index", index), ("outer_index", None),
-                    ("num_attributes", len(d.attributes)), ("metadata", meta))))
-                for key, sub in d.attributes:
-                    if type(sub) in (NodeDef, VariableDef, NodeRef):
-                        attributes.append((key, _FlatDef("NodeAttr", ())))
-                        walk(sub)
-                    else:
-                        attributes.append((key, _FlatDef("Static", (("value", sub.get()),),
-                                                         same_line=True)))
-            elif t is VariableDef:
-                leaves += 1
-                nodes.append(_FlatDef("VariableDef", (
-                    ("type", d.type.__name__), ("index", index), ("outer_index", None),
-                    ("metadata", _reprlib.PrettyMapping(d.thawed_metadata())))))
-            elif t is NodeRef:
-                nodes.append(_FlatDef("NodeRef", (("index", d.index),)))
-            else:
-                nodes.append(_FlatDef("Static", (("value", d.get()),), same_line=True))
-
-        for d in self.defs:
-            walk(d)
+        nodes, attributes, leaves = _flat_layout(self.defs)
         return (f"GraphDef(nodes={nodes!r}, attributes={attributes!r}, "
                 f"num_leaves={leaves})")
 
+    def __treescope_repr__(self, path: str | None, subtree_renderer: tp.Any) -> tp.Any:
+        # the same flat layout, foldable, as treescope shows Flax's GraphDef dataclass
+        nodes, attributes, leaves = _flat_layout(self.defs)
+        return _treescope.render_object_constructor(
+            type(self), {"nodes": nodes, "attributes": attributes, "num_leaves": leaves},
+            path, subtree_renderer)
+
+
+def _flat_layout(defs: tp.Iterable[Def]) -> tuple[list, list, int]:
+    """``(nodes, attributes, num_leaves)`` of Flax's flat GraphDef layout, each entry a
+    :class:`_FlatDef` that prints (and renders in treescope) as Flax's would."""
+    nodes: list[_FlatDef] = []
+    attributes: list[tuple[tp.Any, tp.Any]] = []
+    leaves = 0
+
+    def walk(d: tp.Any) -> None:  # a Def, dispatched on its exact type
+        nonlocal leaves
+        t = type(d)
+        index = None if getattr(d, "index", -1) == -1 else d.index
+        if t is NodeDef:
+            name = "GenericPytree" if d.type is PytreeType else d.type.__name__
+            meta = d.type if d.type is not PytreeType else d.metadata
+            nodes.append(_FlatDef(NodeDef, (
+                ("type", name), ("index", index), ("outer_index", None),
+                ("num_attributes", len(d.attributes)), ("metadata", meta)), d.type))
+            for key, sub in d.attributes:
+                if type(sub) in (NodeDef, VariableDef, NodeRef):
+                    attributes.append((key, _FlatDef(NodeAttr, ())))
+                    walk(sub)
+                else:
+                    attributes.append((key, _FlatDef(Static, (("value", sub.get()),),
+                                                      same_line=True)))
+        elif t is VariableDef:
+            leaves += 1
+            meta = _metadata_shown(d)
+            nodes.append(_FlatDef(VariableDef, (
+                ("type", d.type.__name__), ("index", index), ("outer_index", None),
+                ("metadata", _reprlib.PrettyMapping(meta))), d.type, meta))
+        elif t is NodeRef:
+            nodes.append(_FlatDef(NodeRef, (("index", d.index),)))
+        else:
+            nodes.append(_FlatDef(Static, (("value", d.get()),), same_line=True))
+
+    for d in defs:
+        walk(d)
+    return nodes, attributes, leaves
+
 
 class _FlatDef(_reprlib.Representable):
-    """One entry of a GraphDef's printed flat layout (``NodeDef(type='Linear', ...)``)."""
+    """One entry of a GraphDef's flat layout (``NodeDef(type='Linear', ...)``): printed with
+    type names as strings, rendered in treescope with the classes themselves (as Flax's)."""
 
-    __slots__ = ("name", "fields", "same_line")
+    __slots__ = ("cls", "fields", "type", "metadata", "same_line")
 
-    def __init__(self, name: str, fields: tuple, same_line: bool = False) -> None:
-        self.name, self.fields, self.same_line = name, fields, same_line
+    def __init__(self, cls: type, fields: tuple, type_: type | None = None,
+                 metadata: tp.Any = None, same_line: bool = False) -> None:
+        self.cls, self.fields, self.same_line = cls, fields, same_line
+        self.type, self.metadata = type_, metadata
 
     def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
-        yield _reprlib.Object(type=self.name, same_line=self.same_line)
+        yield _reprlib.Object(type=self.cls.__name__, same_line=self.same_line)
         for key, value in self.fields:
             # Static values print as Python prints them (a dtype class as <class ...>)
             yield _reprlib.Attr(key, repr(value), use_raw_value=True) if self.same_line \
                 else _reprlib.Attr(key, value)
+
+    def __treescope_repr__(self, path: str | None, subtree_renderer: tp.Any) -> tp.Any:
+        shown = dict(self.fields)
+        if "type" in shown:
+            shown["type"] = PytreeType if self.type is PytreeType else self.type
+        if self.metadata is not None:  # a Variable's metadata as the plain dict it holds
+            shown["metadata"] = self.metadata
+        return _treescope.render_object_constructor(
+            self.cls, shown, path, subtree_renderer, roundtrippable=self.same_line)
 
 
 # A GraphDef is static pytree metadata: no children, itself as the aux data.

@@ -141,6 +141,15 @@ class TreeNodeDef(tp.Generic[Node]):
             and self.type is other.type and self.treedef == other.treedef
             and self.path_index == other.path_index)
 
+    def __treescope_repr__(self, path: str | None, subtree_renderer: tp.Any) -> tp.Any:
+        from flaxen.nnx import _treescope
+
+        # the three fields of the definition; the per-process caches stay out of sight
+        return _treescope.render_object_constructor(
+            type(self), {"type": self.type, "treedef": self.treedef,
+                         "path_index": self.path_index}, path, subtree_renderer,
+            roundtrippable=True)
+
     def __getstate__(self) -> tuple:
         return (self.type, self.treedef, self.path_index)  # generated code stays behind
 
@@ -191,7 +200,23 @@ class TreeGraphDef(tp.Generic[Node]):
                                  and self.nodes == other.nodes)
 
     def __repr__(self) -> str:
-        return f"GraphDef({self.nodes[0]!r})"
+        # Flax 0.12.8's tree-mode GraphDef: the node definition and one VariableDef per
+        # leaf in ``nodes``, no attributes
+        # (each VariableDef in the NNX layout, as Flax's list shows them)
+        from flaxen.nnx import reprlib
+
+        nodes = [repr(self.nodes[0]), *(reprlib.Representable.__repr__(v)
+                                        for v in self.nodes[1:])]
+        return f"GraphDef(nodes=[{', '.join(nodes)}], attributes=[], " \
+            f"num_leaves={self.num_leaves})"
+
+    def __treescope_repr__(self, path: str | None, subtree_renderer: tp.Any) -> tp.Any:
+        from flaxen.nnx import _treescope
+        from flaxen.nnx._graphdef import GraphDef
+
+        return _treescope.render_object_constructor(
+            GraphDef, {"nodes": list(self.nodes), "attributes": [],
+                       "num_leaves": self.num_leaves}, path, subtree_renderer)
 
     def merge(self, state: tp.Any, /, *states: tp.Any) -> Node:
         # upward: merge lives in graphlib, which builds on this file

@@ -198,13 +198,18 @@ def variable_repr_items(type_name: str, value: tp.Any,
                         metadata: tp.Mapping[str, tp.Any]) -> tp.Iterator[tp.Any]:
     """The ``__nnx_repr__`` items of a Variable: a ``# count (bytes)`` header comment, the
     value, then the metadata that differs from the defaults every Variable carries."""
+    from flaxen import config
     from flaxen.typing import SizeBytes
 
     stats = SizeBytes.from_any(value)
     yield _reprlib.Object(type=type_name, comment=f" # {stats}" if stats else "")
     yield _reprlib.Attr("value", value)
+    # left out at the configured defaults (as Flax: flax_hijax_variable and
+    # flax_always_shard_variable say what a Variable gets when not told)
+    defaults = {"hijax": config.flax_hijax_variable, "ref": False,
+                "eager_sharding": config.flax_always_shard_variable}
     for key, item in metadata.items():
-        if _DEFAULT_REQUIRED.get(key, MISSING) != item:
+        if defaults.get(key, MISSING) != item:
             yield _reprlib.Attr(key, item)
 
 

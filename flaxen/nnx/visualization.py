@@ -14,7 +14,7 @@ from __future__ import annotations
 import typing as tp
 
 from flaxen.nnx import _node_protocol as _proto
-from flaxen.nnx import reprlib
+from flaxen.nnx import _treescope, reprlib
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx.variablelib import Variable, variable_repr_items
 from flaxen.typing import SizeBytes
@@ -174,7 +174,8 @@ def render_object_constructor(object_type: type[tp.Any], attributes: tp.Mapping[
     """Treescope rendering ``Type(attr=..., ...)`` for use in a ``__treescope_repr__``.
 
     ``attributes`` must be real attributes of the object (treescope builds paths from them);
-    needs ``treescope`` installed.
+    ``first_line_annotation`` (e.g. a size comment) follows the opening line when unfolded.
+    Needs ``treescope`` installed.
 
     >>> class Pair:
     ...     def __init__(self, a, b):
@@ -182,12 +183,11 @@ def render_object_constructor(object_type: type[tp.Any], attributes: tp.Mapping[
     ...     def __treescope_repr__(self, path, subtree_renderer):
     ...         return render_object_constructor(Pair, {"a": self.a, "b": self.b}, path,
     ...                                          subtree_renderer)
+    >>> import treescope
+    >>> print(treescope.render_to_text(Pair(1, "x")))
+    Pair(a=1, b='x')
     """
-    import treescope  # type: ignore[import-not-found]
-
-    # an annotation is passed on only when given: older treescope releases do not take it
-    extra = {} if first_line_annotation is None else {
-        "first_line_annotation": first_line_annotation}
-    return treescope.repr_lib.render_object_constructor(
-        object_type=object_type, attributes=attributes, path=path,
-        subtree_renderer=subtree_renderer, roundtrippable=roundtrippable, color=color, **extra)
+    # flaxen's own builder: it takes the first-line annotation on every treescope release
+    return _treescope.render_object_constructor(
+        object_type, attributes, path, subtree_renderer, roundtrippable=roundtrippable,
+        color=color, first_line_annotation=first_line_annotation)

@@ -165,3 +165,123 @@ def test_representable_bases():
                 nnx.List([]), nnx.Rngs(0), nnx.graphdef(nnx.List([]))):
         assert isinstance(obj, reprlib.Representable) or type(obj).__name__ == "GraphDef"
     assert isinstance(nnx.Linear(1, 1, rngs=nnx.Rngs(0)), reprlib.Representable)
+
+
+# -- treescope (the notebook view) and the layouts fixed against Flax 0.12.8 -----------------
+def _ts(obj) -> str:
+    import treescope
+
+    return treescope.render_to_text(obj)
+
+
+def test_treescope_module_has_size_comments_and_no_default_metadata():
+    lines = _ts(_linear(2, 3)).splitlines()
+    assert lines[0] == "Linear( # Param: 9 (36 B)"
+    assert lines[1] == "  kernel=Param( # 6 (24 B)"
+    assert "  bias=Param(value=<jax.Array([0., 0., 0.], dtype=float32)>)," in lines
+    assert not any("hijax" in x or "eager_sharding" in x for x in lines)
+
+
+def test_treescope_nested_module_counts_each_level_and_shared_once():
+    class Shared(nnx.Module):
+        def __init__(self) -> None:
+            self.a = nnx.Param(jnp.ones(4))
+            self.b = self.a
+            self.inner = nnx.List([nnx.Param(jnp.ones(2))])
+
+    lines = _ts(Shared()).splitlines()
+    assert lines[0] == "Shared( # Param: 6 (24 B)"  # a 4 + 2: b is the same Variable as a
+    assert _ts(Shared().inner).startswith("List(0=Param(")  # folded: no comment line
+
+
+def test_treescope_variable_shows_metadata_off_its_defaults():
+    from flaxen import config
+
+    assert _ts(nnx.Param(1.0, foo=1, eager_sharding=False)) == (
+        "Param(value=1.0, foo=1, eager_sharding=False)")
+    saved = config.flax_always_shard_variable
+    try:  # the defaults are the configured ones, as in Flax
+        config.update("flax_always_shard_variable", False)
+        var = nnx.Param(1.0, eager_sharding=False)
+        assert _ts(var) == "Param(value=1.0)"
+        assert repr(var) == "Param(\n  value=1.0\n)"
+    finally:
+        config.update("flax_always_shard_variable", saved)
+
+
+def test_treescope_nested_state_entries_are_dicts():
+    state = nnx.State({"a": {"c": nnx.Param(1.0)}, "b": nnx.Param(jnp.zeros(2))})
+    assert _ts(state) == """State({
+  'a': {'c': Param(value=1.0)},
+  'b': Param(value=<jax.Array([0., 0.], dtype=float32)>),
+})"""
+
+
+def test_graph_state_prints_both_fields():
+    from flaxen.nnx._graph_state import GraphState
+
+    graphdef, state = nnx.split(nnx.Param(1.0))
+    text = repr(GraphState(graphdef, state))
+    assert text.startswith("GraphState(\n  _graphdef=GraphDef(nodes=[VariableDef(")
+    assert text.endswith("  )], attributes=[], num_leaves=1),\n"
+                         "  _state=Param(\n    value=1.0\n  )\n)")
+
+
+def test_variable_def_metadata_in_flax_order():
+    graphdef, _ = nnx.split(nnx.List([nnx.Param(1.0, b=2, a=1)]))
+    assert "metadata=PrettyMapping({\n    'a': 1,\n    'b': 2,\n    'hijax': False,\n" \
+        "    'ref': False,\n    'eager_sharding': True\n  })" in repr(graphdef)
+    assert _ts(graphdef) == """GraphDef(
+  nodes=[
+    NodeDef(
+      type=List,
+      index=0,
+      outer_index=None,
+      num_attributes=1,
+      metadata=List,
+    ),
+    VariableDef(
+      type=Param,
+      index=1,
+      outer_index=None,
+      metadata={'a': 1, 'b': 2, 'hijax': False, 'ref': False, 'eager_sharding': True},
+    ),
+  ],
+  attributes=[(0, NodeAttr())],
+  num_leaves=1,
+)"""
+
+
+def test_tree_mode_graphdef_flat_layout():
+    graphdef, _ = nnx.split(nnx.Param(jnp.ones(2), foo=1), graph=False)
+    text = repr(graphdef)
+    assert text.startswith("GraphDef(nodes=[TreeNodeDef(type=<class "
+                           "'flaxen.nnx.variablelib.Param'>, treedef=PyTreeDef(*), "
+                           "path_index=(((), 0),)), VariableDef(\n  type='Param',\n")
+    assert text.endswith("    'eager_sharding': True\n  })\n)], attributes=[], num_leaves=1)")
+    lines = _ts(graphdef).splitlines()
+    assert lines[:4] == ["GraphDef(", "  nodes=[", "    TreeNodeDef(", "      type=Param,"]
+    assert "      metadata={'foo': 1, 'hijax': False, 'ref': False, 'eager_sharding': True}," \
+        in lines
+    assert lines[-3:] == ["  attributes=[],", "  num_leaves=1,", ")"]
+
+
+def test_render_object_constructor_takes_a_first_line_annotation():
+    import treescope
+    from treescope import rendering_parts
+
+    from flaxen.nnx import visualization
+
+    class Box:
+        def __init__(self) -> None:
+            self.items = list(range(40))  # too wide for one line: the node unfolds
+
+        def __treescope_repr__(self, path, subtree_renderer):
+            note = rendering_parts.comment_color(rendering_parts.text(" # forty"))
+            return visualization.render_object_constructor(
+                Box, {"items": self.items}, path, subtree_renderer,
+                first_line_annotation=note)
+
+    lines = treescope.render_to_text(Box()).splitlines()
+    assert lines[0] == "Box( # forty"
+    assert lines[1].startswith("  items=[")
