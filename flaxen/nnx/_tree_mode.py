@@ -247,27 +247,7 @@ def tree_flatten_slow(node: tp.Any) -> tuple[TreeGraphDef, list, list]:
     var_defs: list[VariableDef[tp.Any]] = [
         VariableDef(type(x), i, eng._freeze_meta(x._var_metadata))
         for i, x in enumerate(leaves) if isinstance(x, Variable)]
-    gd: TreeGraphDef[tp.Any] = TreeGraphDef(TreeNodeDef(type(node), treedef, index), var_defs)
-    return _interned(gd), paths, leaves
-
-
-# Recent definitions, so that splits of equal structure share one TreeGraphDef (and its
-# generated code) even where no cached walk serves them (bare arrays, non-node roots).
-_INTERNED: dict[TreeGraphDef, TreeGraphDef] = {}
-_INTERN_SIZE = 64
-
-
-def _interned(gd: TreeGraphDef) -> TreeGraphDef:
-    try:
-        old = _INTERNED.get(gd)
-    except (TypeError, ValueError):  # a static value that does not compare (an array)
-        return gd
-    if old is not None:
-        return old
-    if len(_INTERNED) >= _INTERN_SIZE:
-        del _INTERNED[next(iter(_INTERNED))]
-    _INTERNED[gd] = gd
-    return gd
+    return TreeGraphDef(TreeNodeDef(type(node), treedef, index), var_defs), paths, leaves
 
 
 def path_order(path: tuple) -> tuple:
