@@ -255,3 +255,18 @@ def test_train_state_subclass_fields_and_apply_checks():
         ts.apply("params", "note")
     grads = jax.tree_util.tree_map(jnp.ones_like, ts.params)
     assert type(ts.apply_gradients(grads)) is WithStats
+
+
+def test_optimizers_metrics_and_ema_are_pytrees_not_modules():
+    # as in Flax 0.12.8: code that tells layers apart with isinstance(x, nnx.Module) must not
+    # take an optimizer, a metric or an EMA for one
+    model = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+    objects = [nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param),
+               nnx.ModelAndOptimizer(model, optax.sgd(0.1), wrt=nnx.Param),
+               nnx.metrics.Average(), nnx.metrics.Accuracy(), nnx.metrics.Welford(),
+               nnx.MultiMetric(loss=nnx.metrics.Average()),
+               nnx.EMA(nnx.state(model, nnx.Param), decay=0.9)]
+    for obj in objects:
+        assert isinstance(obj, nnx.Pytree), type(obj)
+        assert not isinstance(obj, nnx.Module), type(obj)
+        assert nnx.state(obj) is not None

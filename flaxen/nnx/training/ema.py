@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from flaxen.errors import GraphStateMismatchError, NNXArgumentError
 from flaxen.nnx import _graph_ops as _graph
 from flaxen.nnx import filterlib
-from flaxen.nnx.module import Module
+from flaxen.nnx.pytreelib import Pytree
 from flaxen.nnx.statelib import State
 from flaxen.nnx.variablelib import Variable, VariableState
 
@@ -60,7 +60,7 @@ def _flat(node: tp.Any, only: filterlib.Filter) -> dict:
     return dict(only_state.flat_state().items())
 
 
-class EMA(Module):
+class EMA(Pytree):
     """Exponential moving average of the ``only`` Variables of ``params`` (a model or State).
 
     Attributes: ``decay``, ``filter`` (the ``only`` filter), ``params`` (a State of Variables

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from flaxen import struct
 from flaxen.errors import InvalidNNXValueError, NNXArgumentError
 from flaxen.nnx import filterlib
-from flaxen.nnx.module import Module
+from flaxen.nnx.pytreelib import Pytree
 from flaxen.nnx.variablelib import Variable
 
 
@@ -37,7 +37,7 @@ class MetricState(Variable):
     __slots__ = ()
 
 
-class Metric(Module):
+class Metric(Pytree):
     """Base class: ``reset()``, ``update(**kwargs)``, ``compute()``; ``split(*filters)`` is
     ``nnx.split(self, *filters)``."""
 

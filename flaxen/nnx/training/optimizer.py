@@ -35,8 +35,7 @@ import optax
 from flaxen.errors import GraphStateMismatchError, NNXArgumentError, NNXFilterError
 from flaxen.nnx import filterlib
 from flaxen.nnx.graphlib import as_pure, state, update
-from flaxen.nnx.module import Module
-from flaxen.nnx.pytreelib import data
+from flaxen.nnx.pytreelib import Pytree, data
 from flaxen.nnx.statelib import State
 from flaxen.nnx.variablelib import Param, Variable
 
@@ -112,7 +111,7 @@ def _wrt_required(init: F) -> F:
     return tp.cast(F, wrapper)
 
 
-class Optimizer(Module, tp.Generic[M]):
+class Optimizer(Pytree, tp.Generic[M]):
     """Optax state and a step count for the ``wrt`` Variables of a model.
 
     Attributes: ``step`` (an :class:`OptState`), ``tx``, ``opt_state`` (``tx``'s state with
