@@ -194,14 +194,15 @@ MISSING: tp.Any = _Missing()
 _DEFAULT_REQUIRED = {"hijax": False, "ref": False, "eager_sharding": True}
 
 
-def variable_repr_items(type_name: str, value: tp.Any,
-                        metadata: tp.Mapping[str, tp.Any]) -> tp.Iterator[tp.Any]:
-    """The ``__nnx_repr__`` items of a Variable: a ``# count (bytes)`` header comment, the
-    value, then the metadata that differs from the defaults every Variable carries."""
+def variable_repr_items(type_name: str, value: tp.Any, metadata: tp.Mapping[str, tp.Any],
+                        raw_value: tp.Any = MISSING) -> tp.Iterator[tp.Any]:
+    """The ``__nnx_repr__`` items of a Variable: a ``# count (bytes)`` header comment (of
+    ``raw_value`` when given, else of ``value``), the value, then the metadata that differs
+    from the defaults every Variable carries."""
     from flaxen import config
     from flaxen.typing import SizeBytes
 
-    stats = SizeBytes.from_any(value)
+    stats = SizeBytes.from_any(value if raw_value is MISSING else raw_value)
     yield _reprlib.Object(type=type_name, comment=f" # {stats}" if stats else "")
     yield _reprlib.Attr("value", value)
     # left out at the configured defaults (as Flax: flax_hijax_variable and
@@ -760,7 +761,9 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
             hook(self, index, name)
 
     def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
-        yield from variable_repr_items(type(self).__name__, self.raw_value, self._var_metadata)
+        # the value as read (a Ref's array, as Flax prints it), sized by what is stored
+        yield from variable_repr_items(type(self).__name__, self.get_value(),
+                                       self._var_metadata, self.raw_value)
 
     def __getstate__(self) -> dict:
         return {"raw_value": self.raw_value, "_var_metadata": self._var_metadata}

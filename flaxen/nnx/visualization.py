@@ -146,8 +146,8 @@ def display(*args: tp.Any) -> None:
         from IPython import get_ipython  # type: ignore[import-not-found]
 
         if get_ipython() is not None:
-            for x in args:
-                treescope.display(x)
+            for x in args:  # as Flax: a failing rendering falls back, arrays autovisualized
+                treescope.display(x, ignore_exceptions=True, autovisualize=True)
             return
     except Exception:  # no notebook or no treescope: plain text is the fallback
         pass

@@ -285,3 +285,29 @@ def test_render_object_constructor_takes_a_first_line_annotation():
     lines = treescope.render_to_text(Box()).splitlines()
     assert lines[0] == "Box( # forty"
     assert lines[1].startswith("  items=[")
+
+
+def test_ref_variable_prints_the_array_it_holds():
+    var = nnx.Param(jnp.ones(3), ref=True)
+    assert repr(var) == ("Param( # 3 (12 B)\n  value=Array([1., 1., 1.], dtype=float32),\n"
+                         "  ref=True\n)")
+
+
+def test_display_in_a_notebook_uses_treescope(monkeypatch, capsys):
+    import sys
+    import types
+
+    import treescope
+
+    shown = []
+    fake = types.ModuleType("IPython")
+    fake.get_ipython = lambda: object()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "IPython", fake)
+    monkeypatch.setattr(treescope, "display", lambda x, **kw: shown.append((x, kw)))
+    layer = nnx.Param(1.0)
+    nnx.display(layer)
+    assert shown == [(layer, {"ignore_exceptions": True, "autovisualize": True})]
+    assert capsys.readouterr().out == ""
+    monkeypatch.delitem(sys.modules, "IPython")
+    nnx.display(layer)  # outside a notebook: printed
+    assert capsys.readouterr().out == "Param(\n  value=1.0\n)\n"

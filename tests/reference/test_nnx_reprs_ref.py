@@ -100,6 +100,8 @@ CASES = {
     "variable_none": lambda m: m.Variable(None),
     "batch_stat": lambda m: m.BatchStat(jnp.zeros((4,))),
     "cache": lambda m: m.Cache(jnp.zeros((1, 2, 3))),
+    "ref_variable": lambda m: m.Param(jnp.ones(3), ref=True),
+    "ref_in_module": lambda m: m.Dict(w=m.Param(jnp.ones((2, 2)), ref=True)),
     # states
     "state_of_split": lambda m: _split(m)[1],
     "states_of_filtered_split": lambda m: m.split(m.BatchNorm(3, rngs=m.Rngs(0)),
