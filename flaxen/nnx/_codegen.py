@@ -199,6 +199,16 @@ def make_lookup_fn(paths: tp.Sequence[tuple]) -> tp.Callable[[tp.Any], tp.Any] |
     if trie is None:
         return None
     src = _Source()
+    _emit_lookup(src, trie, {}, len(paths))
+    src.lines.append(f"return [{', '.join(f'l{i}' for i in range(len(paths)))}]")
+    return src.compile("lookup_leaves", "s", _LOOKUP_ENV)
+
+
+def _emit_lookup(src: _Source, trie: dict, leaf_types: tp.Mapping[int, type], n: int) -> None:
+    """Lines reading the leaves of ``trie`` out of the State ``s`` into ``l0``, ``l1``...
+    (returning :data:`MISS` on any mismatch). Leaf ``i`` in ``leaf_types`` must be of
+    exactly that type; any other leaf must not be a mapping (a deeper structure than the
+    definition's: the general path reports it)."""
     ln = src.lines
     ln.append("if _type(s) is not _S: return _MISS")
     ln.append("try:")
@@ -219,22 +229,24 @@ def make_lookup_fn(paths: tp.Sequence[tuple]) -> tp.Callable[[tp.Any], tp.Any] |
     lookup(trie, "m0")
     ln.append("except (AttributeError, KeyError, TypeError):")
     ln.append("    return _MISS")
-    if nested:
-        # a Variable or other object with a ``_mapping`` must not pass for a State
-        ln.append(f"if _tuple(_map(_type, ({', '.join(nested)},))) != "
-                  f"{src.const((State,) * len(nested))}: return _MISS")
-    ln.append(f"out = [{', '.join(f'l{i}' for i in range(len(paths)))}]")
-    # a mapping where a leaf belongs is a deeper structure than the definition's: the
-    # general path reports it
-    ln.append("for t in _set(_map(_type, out)):")
-    ln.append("    if _is_mapping_type(t): return _MISS")
-    ln.append("return out")
-    return src.compile("lookup_leaves", "s",
-                       {**_COMMON_ENV, "_set": set, "_is_mapping_type": _is_mapping_type})
+    # one C-level pass: every sub-State (a Variable or other object with a ``_mapping``
+    # must not pass for one) and every typed leaf against a constant tuple
+    names = nested + [f"l{i}" for i in sorted(leaf_types)]
+    if names:
+        want = (State,) * len(nested) + tuple(leaf_types[i] for i in sorted(leaf_types))
+        ln.append(f"if _tuple(_map(_type, ({', '.join(names)},))) != {src.const(want)}: "
+                  "return _MISS")
+    rest = [f"l{i}" for i in range(n) if i not in leaf_types]
+    if rest:
+        ln.append(f"for t in _set(_map(_type, ({', '.join(rest)},))):")
+        ln.append("    if _is_mapping_type(t): return _MISS")
 
 
 def _is_mapping_type(t: type) -> bool:
     return issubclass(t, Mapping) and not issubclass(t, Variable)
+
+
+_LOOKUP_ENV = {**_COMMON_ENV, "_set": set, "_is_mapping_type": _is_mapping_type}
 
 
 def make_merge_fn(defs: tuple, variables: bool = False) -> tp.Callable[[State], tp.Any] | None:
@@ -360,22 +372,58 @@ def make_tree_build_fn(treedef: tp.Any, path_index: tp.Sequence[tuple[tuple, int
     """
     if treedef.num_nodes > _MAX_OBJECTS:
         return None
-    # upward: Pytree nodes are built inline; pytreelib sits above this file
-    from flaxen.nnx.pytreelib import Pytree
-
-    base_unflatten = Pytree.__dict__["_pytree__unflatten"].__func__
     n = len(path_index)
-    slot = [0] * n  # treedef position -> name of the leaf in path order
-    for i, (_, pos) in enumerate(path_index):
-        slot[pos] = i
     src = _Source()
     ln = src.lines
     ln.append(f"if _len(vs) != {n}: return _MISS")
     if n:
         ln.append(", ".join(f"l{i}" for i in range(n)) + ", = vs")
+    ln.append(f"return {_emit_tree_build(src, treedef, path_index)}")
+    return src.compile("build_tree", "vs", _tree_env())
+
+
+def make_tree_merge_fn(treedef: tp.Any, path_index: tp.Sequence[tuple[tuple, int]],
+                       leaf_types: tp.Mapping[int, type]
+                       ) -> tp.Callable[[tp.Any], tp.Any] | None:
+    """``fn(state) -> tree`` for one State holding exactly the paths of ``path_index``
+    (leaf ``i`` of exactly the type ``leaf_types[i]`` where given): the lookup of
+    :func:`make_lookup_fn` and the build of :func:`make_tree_build_fn` in one function;
+    :data:`MISS` for anything else. None where either would be None."""
+    if treedef.num_nodes > _MAX_OBJECTS or len(path_index) > _MAX_OBJECTS:
+        return None
+    trie = _trie([p for p, _ in path_index])
+    if trie is None or not path_index:
+        return None
+    src = _Source()
+    _emit_lookup(src, trie, leaf_types, len(path_index))
+    src.lines.append(f"return {_emit_tree_build(src, treedef, path_index)}")
+    return src.compile("merge_tree", "s", {**_LOOKUP_ENV, **_tree_env()})
+
+
+def _tree_env() -> dict[str, tp.Any]:
+    # upward: Pytree nodes are built inline; pytreelib sits above this file
+    from flaxen.nnx.pytreelib import Pytree
+
+    env = dict(_COMMON_ENV)
+    env["_set_node_trace"] = GraphNode._nnx_trace.__set__  # type: ignore[attr-defined]
+    env["_set_status"] = Pytree._pytree__status.__set__  # type: ignore[attr-defined]
+    return env
+
+
+def _emit_tree_build(src: _Source, treedef: tp.Any, path_index: tp.Sequence[tuple[tuple, int]]
+                     ) -> str:
+    """Lines building the tree of ``treedef`` from ``l0``, ``l1``... (leaves in path order);
+    returns the root's expression."""
+    # upward: Pytree nodes are built inline; pytreelib sits above this file
+    from flaxen.nnx.pytreelib import Pytree
+
+    base_unflatten = Pytree.__dict__["_pytree__unflatten"].__func__
+    slot = [0] * len(path_index)  # treedef position -> name of the leaf in path order
+    for i, (_, pos) in enumerate(path_index):
+        slot[pos] = i
+    ln = src.lines
     ln.append("tr = _current_trace()")
     counter = [0]
-
     def build(td: tp.Any) -> str:
         data = td.node_data()
         if data is None:  # a leaf
@@ -426,9 +474,4 @@ def make_tree_build_fn(treedef: tp.Any, path_index: tp.Sequence[tuple[tuple, int
         ln.append(f"{src.const(setter)}({o}, {{{', '.join(items)}}})")
         return o
 
-    root = build(treedef)
-    ln.append(f"return {root}")
-    env = dict(_COMMON_ENV)
-    env["_set_node_trace"] = GraphNode._nnx_trace.__set__  # type: ignore[attr-defined]
-    env["_set_status"] = Pytree._pytree__status.__set__  # type: ignore[attr-defined]
-    return src.compile("build_tree", "vs", env)
+    return build(treedef)

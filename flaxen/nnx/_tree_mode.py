@@ -167,12 +167,28 @@ class TreeGraphDef(tp.Generic[Node]):
     is the :class:`TreeNodeDef` followed by one ``VariableDef`` per Variable leaf (its index
     is the leaf's position in path order)."""
 
-    __slots__ = ("nodes", "_hash", "_all_variables")
+    __slots__ = ("nodes", "_hash", "_all_variables", "_merge_fn", "_uses")
 
     def __init__(self, nodedef: TreeNodeDef, variables: tp.Sequence[VariableDef] = ()) -> None:
         self.nodes: tuple = (nodedef, *variables)
         self._hash = hash(self.nodes)
         self._all_variables = len(variables) == len(nodedef.path_index)
+        self._merge_fn: tp.Any = None
+        self._uses = 0
+
+    def fast_merge(self, state: tp.Any) -> tp.Any:
+        """The merge of one State holding exactly this split's paths and Variables of the
+        split's types, by code generated on the second use; :data:`flaxen.nnx._codegen.MISS`
+        for any other state (the general path then merges it, or reports what is wrong)."""
+        fn = self._merge_fn
+        if fn is None:
+            self._uses += 1
+            if self._uses < 2:
+                return _codegen.MISS
+            nd = self.nodes[0]
+            fn = self._merge_fn = _codegen.make_tree_merge_fn(
+                nd.treedef, nd.path_index, {d.index: d.type for d in self.nodes[1:]}) or False
+        return fn(state) if fn else _codegen.MISS
 
     @property
     def treedef(self) -> tp.Any:

@@ -476,6 +476,10 @@ def merge(graphdef: tp.Any, state: tp.Any = _NO_STATE, /, *states: tp.Any,
     """
     if copy:
         state, states = _copy_vars(state), tuple(_copy_vars(s) for s in states)
+    if not states and type(graphdef) is TreeGraphDef:
+        node = graphdef.fast_merge(state)
+        if node is not _codegen.MISS:
+            return node
     if not states and type(state) is State and type(graphdef) is GraphDef:
         fn = graphdef._merge_fn
         if fn is not None:

@@ -80,8 +80,7 @@ def test_tree_merge_uses_generated_code_and_matches():
     outs = [nnx.merge(*nnx.split(model, graph=False)) for _ in range(4)]
     gd = nnx.split(model, graph=False)[0]
     assert gd is nnx.split(model, graph=False)[0]  # the cached walk's definition
-    nodedef = gd.nodes[0]
-    assert nodedef._build  # generated after the second use
+    assert gd._merge_fn  # lookup and build generated after the second use
     for out in outs[1:]:
         _same_tree(out, outs[0])
     assert outs[-1] is not model and outs[-1].layers[1].kernel is model.layers[1].kernel
@@ -92,7 +91,11 @@ def test_tree_merge_wrong_leaves_raises_after_codegen():
     gd, state = nnx.split(model, graph=False)
     for _ in range(3):
         nnx.merge(gd, state)
-    assert gd.nodes[0]._build
+    assert gd._merge_fn
+    other = nnx.BatchStat(jnp.ones(1))
+    swapped = nnx.State(state)
+    swapped["extra"]["b"] = other  # another Variable type: the general path keeps it
+    assert nnx.merge(gd, swapped).extra["b"] is other
     del state["extra"]["a"]
     with pytest.raises(ValueError, match="/extra/a"):
         nnx.merge(gd, state)
