@@ -406,8 +406,8 @@ flax_pytree_module = bool_flag(
     "where Modules are pytrees unless declared with `class M(nnx.Module, pytree=False)`.")
 flax_max_repr_depth = int_flag(
     "flax_max_repr_depth", default=None,
-    help="Maximum nesting depth shown by NNX object reprs; None for no limit. Accepted for "
-    "compatibility; no effect in flaxen, whose reprs are not cut at a depth.")
+    help="Maximum nesting depth shown by NNX object reprs (deeper objects print as `...`, "
+    "as in Flax); None for no limit.")
 flax_always_shard_variable = bool_flag(
     "flax_always_shard_variable", default=True,
     help="Shard an NNX Variable with sharding annotations as soon as it is created. Accepted "

@@ -150,9 +150,14 @@ def _rebuild_mapping(x: dict, path: tuple, go: tp.Callable) -> tp.Any:
 
 
 def _selects(pred: tp.Callable, path: tuple, stream: RngStream) -> bool:
-    # a stream is selected through its key (string filters name the stream's tag; they do
-    # not pick counters, see RngCount)
-    return bool(pred((*path, "key"), stream.key))
+    # as Flax's split_rngs / fork_rngs: a stream is selected when the filter picks both its
+    # key and its count (a string names the stream's tag, which both carry)
+    return bool(pred((*path, "key"), stream.key)) and bool(pred((*path, "count"), stream.count))
+
+
+def _selects_stream(pred: tp.Callable, path: tuple, stream: RngStream) -> bool:
+    # as Flax's with_rngs: the filter sees the RngStream itself at its path
+    return bool(pred(path, stream))
 
 
 # --- backups --------------------------------------------------------------------------------
@@ -412,12 +417,12 @@ def with_rngs(node: tp.Any = MISSING, /, *,
     only_pred = filterlib.to_predicate(only)
 
     def apply(path: tuple, stream: RngStream) -> RngStream:
-        if not _selects(only_pred, path, stream):
+        if not _selects_stream(only_pred, path, stream):
             return stream
         hits = {}
         for kind, rules in kinds.items():
             for f, pred, v in rules:
-                if _selects(pred, path, stream):
+                if _selects_stream(pred, path, stream):
                     hits[kind] = (f, v)
                     break
         specific = [k for k, (f, _) in hits.items() if not _generic(f)]

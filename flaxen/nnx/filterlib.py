@@ -1,16 +1,20 @@
 """Filters: which Variables a split, state, grad or transform applies to.
 
-A filter is any of: a Variable type (``nnx.Param``), a string (matches a path part such as an
-attribute name, or an RNG stream's tag), a callable ``(path, value) -> bool``, ``...`` or
-``True`` (everything), ``False`` or ``None`` (nothing), a list/tuple (any of them), or one of
-the combinators below. :func:`to_predicate` turns a filter into a ``(path, value) -> bool``.
+A filter is any of: a Variable type (``nnx.Param``), a string (``WithTag``: matches values
+whose ``tag`` is that string, such as an RNG stream's key and count), a callable
+``(path, value) -> bool``, ``...`` or ``True`` (everything), ``False`` or ``None`` (nothing), a
+list/tuple (any of them), or one of the combinators below. :func:`to_predicate` turns a filter
+into a ``(path, value) -> bool``. To match a path part (an attribute name) use
+``PathContains``. (The Flax 0.8.3 face, ``flaxen.experimental.nnx``, keeps its own string rule.)
 
 >>> from flaxen import nnx
 >>> is_param = nnx.filterlib.to_predicate(nnx.Param)
 >>> is_param(('kernel',), nnx.Param(1.0)), is_param(('mean',), nnx.BatchStat(0.0))
 (True, False)
->>> nnx.filterlib.to_predicate(nnx.Not('bias'))(('layer', 'bias'), nnx.Param(0.0))
+>>> nnx.filterlib.to_predicate(nnx.Not(nnx.PathContains('bias')))(('l', 'bias'), nnx.Param(0))
 False
+>>> nnx.filterlib.to_predicate('params')((), nnx.Rngs(params=0).params.count)
+True
 
 As in Flax, filters accept attributes (``f.__doc__ = '...'`` on a combinator) and
 ``OfType``, ``WithTag`` and ``PathContains`` are frozen dataclasses.
@@ -57,14 +61,28 @@ class OfType:
         return hash((OfType, self.type))
 
 
+_NO_TAG = object()
+
+
+def _tag_of(value: tp.Any) -> tp.Any:
+    # a Variable's metadata is read directly: its attribute lookup of a missing name builds
+    # an error message, and a split asks this of every Variable
+    meta = getattr(value, "_var_metadata", None)
+    if type(meta) is dict:
+        return meta.get("tag", _NO_TAG)
+    return getattr(value, "tag", _NO_TAG)
+
+
 @dataclasses.dataclass(frozen=True, repr=False, eq=False)
 class WithTag:
-    """Matches values whose ``tag`` attribute (RNG streams) equals ``tag``."""
+    """Matches values that have a ``tag`` attribute equal to ``tag`` (an RNG stream, its
+    key and count, a Variable created with ``tag=``)."""
 
     tag: str
 
     def __call__(self, path: Path, value: tp.Any) -> bool:
-        return getattr(value, "tag", None) == self.tag
+        found = _tag_of(value)
+        return found is not _NO_TAG and found == self.tag
 
     def __repr__(self) -> str:
         return f"WithTag({self.tag!r})"
@@ -78,7 +96,7 @@ class WithTag:
 
 @dataclasses.dataclass(frozen=True, repr=False, eq=False)
 class PathContains:
-    """Matches values whose path has ``key`` as one of its parts, or whose tag is ``key``.
+    """Matches values whose path has ``key`` as one of its parts (equal, not a substring).
 
     With ``exact=False`` a path part matches when it contains ``key`` as a substring
     (``PathContains('backbone', exact=False)`` picks ``backbone1`` and ``backbone2``).
@@ -88,10 +106,8 @@ class PathContains:
     exact: bool = True
 
     def __call__(self, path: Path, value: tp.Any) -> bool:
-        if getattr(_value_type(value), "_string_filter_exempt", False):
-            return False  # RNG counters: picked by nnx.RngCount, not by the stream's name
         if self.exact:
-            return self.key in path or getattr(value, "tag", None) == self.key
+            return self.key in path
         key = str(self.key)
         return any(key in str(part) for part in path)
 
@@ -228,12 +244,10 @@ def to_predicate(filter: Filter) -> Predicate:  # noqa: A002
     if filter is None or filter is False:
         return _NOTHING
     if isinstance(filter, str):
-        return PathContains(filter)
+        return WithTag(filter)
     if isinstance(filter, type):
         return OfType(filter)
     if isinstance(filter, (list, tuple)):
-        if len(filter) == 1:
-            return to_predicate(filter[0])
         return Any(*filter)
     if callable(filter):
         return filter
@@ -260,13 +274,17 @@ class HasTag(tp.Protocol):
     tag: str
 
 
+def _takes_all(f: tp.Any) -> bool:
+    return f is Ellipsis or f is True
+
+
 def filters_to_predicates(filters: tp.Sequence[Filter]) -> tuple[Predicate, ...]:
-    """Predicates for a split: ``...``/``True`` may only come last (it takes the rest)."""
-    preds = tuple(to_predicate(f) for f in filters)
-    for i, p in enumerate(preds[:-1]):
-        if isinstance(p, Everything):
+    """Predicates for a split: ``...``/``True`` may only be followed by more of themselves
+    (the first takes the rest, as in Flax)."""
+    for i, f in enumerate(filters):
+        if _takes_all(f) and not all(_takes_all(g) for g in filters[i + 1:]):
             raise NNXFilterError(
                 "", f"`...` or `True` can only be used as the last filters: filter number {i} "
                 f"of {list(filters)!r} matches everything, so the filters after it would get "
                 "nothing", "Put `...` (or True) last.")
-    return preds
+    return tuple(to_predicate(f) for f in filters)

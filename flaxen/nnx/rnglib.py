@@ -53,11 +53,9 @@ class RngKey(RngState):
 
 
 class RngCount(RngState):
-    """A stream's draw counter. A string filter naming the stream picks its key, not this
-    counter (select counters with ``nnx.RngCount``)."""
+    """A stream's draw counter (tagged with the stream's name, like its key)."""
 
     __slots__ = ()
-    _string_filter_exempt = True
 
 
 # Eager ``jax.random.fold_in`` converts and checks its arguments in Python and dispatches a
@@ -254,7 +252,8 @@ class Rngs(_RandomMethods, Pytree):
             if isinstance(default, tp.Mapping):
                 rngs = {**default, **rngs}
             else:
-                rngs = {"default": default, **rngs}
+                # after the named streams, as Flax: Rngs(0, params=1) iterates params first
+                rngs["default"] = default
         for tag, key in rngs.items():
             if isinstance(key, RngStream):
                 key = key.key.value
@@ -316,7 +315,8 @@ class Rngs(_RandomMethods, Pytree):
         out: dict[str, RngStream] = {}
         for name, stream in self.items():
             for pred, v in preds:
-                if pred((name, "key"), stream.key):
+                # as Flax: the stream itself with an empty path (a string filter is its tag)
+                if pred((), stream):
                     out[name] = stream if v is None else apply(stream, v)
                     break
             else:

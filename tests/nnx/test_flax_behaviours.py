@@ -238,3 +238,117 @@ def test_sharding_names_is_a_deprecated_alias_of_out_sharding():
     with pytest.warns(DeprecationWarning):
         p.set_metadata("sharding_names", ("z",))
     assert p.get_metadata("out_sharding") == ("z",)
+
+
+# -- string filters are tags (WithTag), PathContains is an exact path part ------------------------
+
+
+class _Tagged(nnx.Module):
+    def __init__(self, rngs):
+        self.rngs = rngs
+        self.linear = nnx.Linear(2, 3, rngs=rngs)
+        self.params = nnx.Param(jnp.ones(1))
+        self.w = nnx.Param(jnp.zeros(1), tag="weights")
+
+
+def _paths(state):
+    return sorted(tuple(map(str, p)) for p, _ in nnx.to_flat_state(state))
+
+
+def test_a_string_filter_is_with_tag():
+    to = nnx.filterlib.to_predicate
+    assert to("x") == nnx.WithTag("x") and to(["x"]) == nnx.Any(nnx.WithTag("x"))
+    m = _Tagged(nnx.Rngs(params=0, dropout=1))
+    # the stream's key AND count; not the Param whose attribute is named `params`
+    assert _paths(nnx.state(m, "params")) == [("rngs", "params", "count"),
+                                              ("rngs", "params", "key")]
+    assert _paths(nnx.state(m, "linear")) == []  # an attribute name is not a tag
+    assert _paths(nnx.state(m, "weights")) == [("w",)]  # a Variable created with tag=
+    _, keys, rest = nnx.split(m.rngs, "dropout", ...)
+    assert _paths(keys) == [("dropout", "count"), ("dropout", "key")]
+    assert not nnx.WithTag(None)((), object())  # no tag attribute: no match
+
+
+def test_path_contains_is_an_exact_part_without_tags():
+    m = _Tagged(nnx.Rngs(params=0))
+    assert _paths(nnx.state(m, nnx.PathContains("linear"))) == [("linear", "bias"),
+                                                                ("linear", "kernel")]
+    assert _paths(nnx.state(m, nnx.PathContains("params"))) == [
+        ("params",), ("rngs", "params", "count"), ("rngs", "params", "key")]
+    assert _paths(nnx.state(m, nnx.PathContains("lin"))) == []
+    assert len(_paths(nnx.state(m, nnx.PathContains("lin", exact=False)))) == 2
+    assert _paths(nnx.state(m, nnx.PathContains("weights"))) == []
+
+
+def test_of_type_is_isinstance_and_split_takes_trailing_ellipses():
+    class HasType:
+        type = nnx.Param
+
+    assert not nnx.OfType(nnx.Param)((), HasType())
+    m = nnx.Linear(1, 1, rngs=nnx.Rngs(0))
+    _, params, rest = nnx.split(m, ..., ...)  # a second `...` gets nothing, as in Flax
+    assert len(_paths(params)) == 2 and _paths(rest) == []
+    with pytest.raises(ValueError, match="can only be used as the last filters"):
+        nnx.split(m, ..., nnx.Param)
+
+
+def test_the_0_8_3_face_keeps_its_string_rule():
+    from flaxen.experimental import nnx as old
+
+    class Foo(old.Module):
+        def __init__(self, rngs):
+            self.rngs = rngs
+            self.linear = old.Linear(2, 3, rngs=rngs)
+
+    m = Foo(old.Rngs(params=0, dropout=1))
+    _, params, dropout, param_keys, counts = old.split(
+        m, old.Param, "dropout", "params", old.RngCount)
+    assert len(dropout.flat_state()) == 1 and len(param_keys.flat_state()) == 1
+    assert len(counts.flat_state()) == 2  # counts are never picked by a stream name
+    assert sorted(old.state(m, "linear").flat_state()) == [("linear", "bias"),
+                                                          ("linear", "kernel")]
+    assert old.Not("linear")(("linear", "kernel"), m.linear.kernel) is False
+    assert old.filterlib.to_predicate("x") == old.PathContains("x")
+
+
+# -- Rngs: stream order, and what Rngs.split / split_rngs filters see -----------------------------
+
+
+def test_rngs_streams_keep_keyword_order_then_default():
+    rngs = nnx.Rngs(0, params=1, dropout=2)
+    assert list(rngs) == ["params", "dropout", "default"]
+    assert [name for name, _ in rngs.items()] == ["params", "dropout", "default"]
+    assert repr(rngs).index("params=") < repr(rngs).index("default=")
+    assert list(nnx.Rngs({"b": 0, "a": 1}, c=2)) == ["b", "a", "c"]
+
+
+def test_rngs_split_filters_see_the_stream():
+    rngs = nnx.Rngs(params=0, dropout=1)
+    split = rngs.split({nnx.RngStream: 3})
+    assert split.params.key.shape == (3,) and split.dropout.key.shape == (3,)
+    split = rngs.split({nnx.RngKey: 3, ...: None})  # a key type is not a stream
+    assert split.params.key.shape == ()
+    assert rngs.split({"dropout": 2, ...: None}).dropout.key.shape == (2,)
+
+
+def test_split_rngs_selects_a_stream_only_when_key_and_count_match():
+    rngs = nnx.Rngs(params=0, dropout=1)
+    with nnx.split_rngs(rngs, splits=4, only=nnx.RngKey):  # the count is not an RngKey
+        assert rngs.params.key.shape == () and rngs.dropout.key.shape == ()
+    with nnx.split_rngs(rngs, splits=4, only="dropout"):
+        assert rngs.dropout.key.shape == (4,) and rngs.params.key.shape == ()
+
+
+# -- SpectralNorm leaves the normalised weights in the wrapped layer ------------------------------
+
+
+def test_spectral_norm_writes_the_normalised_kernel_into_the_layer():
+    layer = nnx.Linear(3, 4, rngs=nnx.Rngs(0))
+    before = np.asarray(layer.kernel[...])
+    sn = nnx.SpectralNorm(layer, rngs=nnx.Rngs(1))
+    x = jnp.ones((2, 3))
+    y = sn(x, update_stats=True)
+    sigma = float(sn.batch_stats[("kernel", "sigma")][...])
+    np.testing.assert_allclose(np.asarray(layer.kernel[...]), before / sigma, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(layer(x)), np.asarray(y), rtol=1e-6)
+    assert layer.bias.shape == (4,)  # 1-D weights are left alone

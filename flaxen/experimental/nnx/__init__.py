@@ -21,13 +21,15 @@ from flaxen.nnx import training as training
 from flaxen.nnx import transforms as transforms
 from flaxen.nnx import visualization as visualization
 
-from flaxen.nnx import errors, filterlib
+from flaxen.nnx import errors
+from flaxen.experimental.nnx import filterlib as filterlib  # 0.8.3's string filters
 from flaxen.experimental.nnx import graph as graph
 from flaxen.nnx import rnglib as rnglib
 from flaxen.experimental.nnx import _spmd as spmd
 from flaxen.experimental.nnx._vmap_scan import Jit, Remat, Scan, Vmap, scan, vmap
 from flaxen.nnx.errors import TraceContextError
-from flaxen.nnx.filterlib import All, Any, Everything, Not, Nothing, OfType, PathContains, WithTag
+from flaxen.nnx.filterlib import Everything, Nothing, OfType, PathContains, WithTag
+from flaxen.experimental.nnx.filterlib import All, Any, Not  # strings by 0.8.3's rule
 from flaxen.experimental.nnx.graph import (
     GraphDef,
     GraphNode,
@@ -46,8 +48,8 @@ from flaxen.nnx.nn.attention import MultiHeadAttention
 from flaxen.nnx.nn.linear import Conv, Einsum, Embed, Linear, LinearGeneral
 from flaxen.experimental.nnx._norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm
 from flaxen.experimental.nnx._dropout import Dropout
-from flaxen.experimental.nnx._rngs import Rngs, RngStream
-from flaxen.nnx.rnglib import RngCount, RngKey, RngState, fork
+from flaxen.experimental.nnx._rngs import Rngs, RngStream, fork
+from flaxen.nnx.rnglib import RngCount, RngKey, RngState
 from flaxen.experimental.nnx._spmd import (
     PARTITION_NAME,
     get_named_sharding,

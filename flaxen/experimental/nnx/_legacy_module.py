@@ -22,6 +22,7 @@ import typing as tp
 import jax
 
 from flaxen.errors import SetAttributesNotFoundError
+from flaxen.experimental.nnx import filterlib as _filters
 from flaxen.nnx import filterlib
 from flaxen.nnx import module as _today
 from flaxen.nnx._graph_ops import iter_graph, merge, split
@@ -55,7 +56,7 @@ class LegacyModule(Module, pytree=False):
 
     def split(self, *filters: filterlib.Filter) -> tuple:
         """``nnx.split(self, *filters)`` (the spec's method form)."""
-        return split(self, *filters)
+        return split(self, *_filters.convert_all(filters))
 
     def iter_modules(self) -> tp.Iterator[tuple[tuple, Module]]:
         """``(path, module)`` for every Module reachable from this one (itself first)."""
@@ -66,7 +67,7 @@ class LegacyModule(Module, pytree=False):
     def set_attributes(self, *filters: filterlib.Filter, raise_if_not_found: bool = True,
                        **attributes: tp.Any) -> None:
         """Sets ``attributes`` on every submodule (matching ``filters``) that has them."""
-        preds = [filterlib.to_predicate(f) for f in filters]
+        preds = [_filters.to_predicate(f) for f in filters]
         remaining = set(attributes)
         for path, module in self.iter_modules():
             if preds and not any(p(path, module) for p in preds):

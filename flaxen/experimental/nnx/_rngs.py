@@ -20,8 +20,10 @@ import jax
 import numpy as np
 
 from flaxen.errors import RngStreamNotFoundError, TraceContextError
-from flaxen.nnx import _trace, rnglib
+from flaxen.experimental.nnx.filterlib import convert
+from flaxen.nnx import _trace, filterlib, rnglib
 from flaxen.nnx.rnglib import RngCount, RngKey, SplitPattern, _to_key
+from flaxen.nnx.statelib import State
 
 
 class RngStream(rnglib.RngStream):
@@ -91,3 +93,18 @@ class Rngs(rnglib.Rngs):
             p = per_stream.get(tag, pattern)
             out[tag] = key if p is None else jax.random.split(key, p)
         return out
+
+
+def fork(state: State, split_filter: filterlib.Filter, split_pattern: SplitPattern
+         ) -> tuple[State, State]:
+    """``(split_state, broadcast_state)``: the RNG keys of ``state`` matching ``split_filter``
+    (a string names a stream, by 0.8.3's rule) become ``split_pattern`` keys; every count and
+    the other keys stay as they are in ``broadcast_state``.
+
+    >>> from flaxen.experimental import nnx
+    >>> _, state = nnx.split(nnx.Rngs(params=0, dropout=1), nnx.RngState)
+    >>> split, broadcast = nnx.fork(state, 'params', 4)
+    >>> split.params.key.value.shape, len(broadcast.flat_state())
+    ((4,), 3)
+    """
+    return rnglib.fork(state, convert(split_filter), split_pattern)

@@ -25,6 +25,7 @@ import numpy as np
 
 from flaxen import traceback_util
 from flaxen.errors import NNXArgumentError, NNXTransformError
+from flaxen.experimental.nnx import filterlib as _filters
 from flaxen.experimental.nnx.transforms import jit, remat
 from flaxen.nnx import _lift, filterlib
 from flaxen.nnx._graphdef import var_def_paths
@@ -45,7 +46,7 @@ def _state_axis(path: tuple, var: tp.Any, axes: tp.Sequence[tuple[tp.Callable, t
 
 
 def _axes_items(state_axes: tp.Mapping) -> list[tuple[tp.Callable, tp.Any]]:
-    return [(filterlib.to_predicate(f), a) for f, a in dict(state_axes).items()]
+    return [(_filters.to_predicate(f), a) for f, a in dict(state_axes).items()]
 
 
 def _plan_vars(lift: _lift.Lift, state_axes: tp.Mapping, split_rngs: tp.Any) -> list[tuple]:
@@ -55,7 +56,7 @@ def _plan_vars(lift: _lift.Lift, state_axes: tp.Mapping, split_rngs: tp.Any) -> 
     if flat is None:
         return []
     items = _axes_items(state_axes)
-    split_pred = filterlib.to_predicate(split_rngs)
+    split_pred = _filters.to_predicate(split_rngs)
     split_streams = set()
     # A stream whose key is already a stack of keys (an Rngs created inside an earlier vmap or
     # Scan, e.g. in a module's __init__) holds one key per slice: it is mapped along axis 0,

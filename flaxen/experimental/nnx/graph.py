@@ -4,7 +4,8 @@
 ``VariableState`` snapshots; ``merge(graphdef, state)`` builds an equal, independent object
 graph (shared submodules and Variables stay shared, cycles are handled). The operations are
 the engine's copying ones (:mod:`flaxen.nnx._graph_ops`); this face adds 0.8.3's
-:class:`UpdateContext` and :class:`Static`.
+:class:`UpdateContext` and :class:`Static`, and its ``split``, ``state`` and ``pop`` read string
+filters by 0.8.3's rule (:mod:`flaxen.experimental.nnx.filterlib`).
 
 >>> from flaxen.experimental import nnx
 >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
@@ -24,8 +25,9 @@ import typing as tp
 import jax
 
 from flaxen.errors import NotAGraphNodeError
+from flaxen.experimental.nnx.filterlib import convert_all
 from flaxen.nnx import _graph_engine as eng
-from flaxen.nnx import filterlib
+from flaxen.nnx import _graph_ops, filterlib
 from flaxen.nnx._graph_ops import (
     GraphDef,
     GraphNode,
@@ -45,9 +47,6 @@ from flaxen.nnx._graph_ops import (
     is_node,
     iter_graph,
     merge,
-    pop,
-    split,
-    state,
     unflatten,
     update,
 )
@@ -61,6 +60,22 @@ __all__ = [
 
 Node = tp.TypeVar("Node")
 eng = eng  # the engine, for code and tests that reach it through this module
+
+
+def split(node: Node, *filters: filterlib.Filter) -> tuple:
+    """``(graphdef, state)`` or, with filters, ``(graphdef, state_1, ..., state_n)``; every
+    Variable must match one filter (end with ``...`` for the rest)."""
+    return _graph_ops.split(node, *convert_all(filters))
+
+
+def state(node: Node, *filters: filterlib.Filter) -> tp.Any:
+    """The node's State, or one State per filter (Variables matching none are left out)."""
+    return _graph_ops.state(node, *convert_all(filters))
+
+
+def pop(node: Node, *filters: filterlib.Filter) -> tp.Any:
+    """Removes the Variables matching ``filters`` from ``node`` and returns them as States."""
+    return _graph_ops.pop(node, *convert_all(filters))
 
 
 class Static(tp.Generic[Node]):
@@ -114,7 +129,7 @@ class UpdateContext:
         if self.outer_refs is None:
             self.outer_refs = list(fg.refs)
         self.last_refs = list(fg.refs)
-        return (fg.graphdef, *_states_from_flat(fg, filters))
+        return (fg.graphdef, *_states_from_flat(fg, convert_all(filters)))
 
     def merge(self, graphdef: GraphDef[Node], state: tp.Mapping, *states: tp.Mapping) -> Node:
         leaves = _leaves_from_states(graphdef.defs, (state, *states), "merge")

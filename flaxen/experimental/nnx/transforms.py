@@ -29,6 +29,7 @@ import jax
 
 from flaxen import traceback_util
 from flaxen.errors import NNXTransformError
+from flaxen.experimental.nnx import filterlib as _filters
 from flaxen.nnx import _lift, filterlib
 from flaxen.nnx._graph_ops import _nest
 from flaxen.nnx.statelib import State
@@ -126,7 +127,7 @@ def _grad_impl(f: tp.Callable, argnums: int | tp.Sequence[int], has_aux: bool,
                ) -> tp.Callable:
     single = isinstance(argnums, int)
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-    pred = filterlib.to_predicate(wrt)
+    pred = _filters.to_predicate(wrt)
 
     @traceback_util.api_boundary
     @functools.wraps(f)

@@ -4,9 +4,11 @@ another layer (``layer_instance``) on every call.
 Both look at the wrapped layer's ``Param``s (by path, as ``nnx.iter_graph`` gives them) and
 compute the re-parameterised value. ``WeightNorm`` does as Flax's: it writes the normalised
 value into the wrapped layer's Param and leaves it there (after a call the kernel's columns
-have the learned scales as norms), then runs the layer. ``SpectralNorm`` swaps its value in
-for the call only and puts the raw weight back. The numbers match Linen's ``WeightNorm`` /
-``SpectralNorm`` (same ``_l2_normalize``, power iteration and dtype rule).
+have the learned scales as norms), then runs the layer. ``SpectralNorm`` does the same with
+``w / sigma``: after a call the wrapped layer's weights are the normalised ones (a later call
+normalises them again, which gives the same result, since the estimate scales with them).
+The numbers match Linen's ``WeightNorm`` / ``SpectralNorm`` (same ``_l2_normalize``, power
+iteration and dtype rule).
 
 >>> import jax.numpy as jnp
 >>> from flaxen import nnx
@@ -17,7 +19,6 @@ for the call only and puts the raw weight back. The numbers match Linen's ``Weig
 
 from __future__ import annotations
 
-import contextlib
 import typing as tp
 
 import jax
@@ -47,19 +48,6 @@ def _params(layer: tp.Any) -> list[tuple[tuple, Param]]:
     from flaxen.nnx._graph_ops import iter_graph  # the graph walk (engine level)
 
     return [(path, v) for path, v in iter_graph(layer) if isinstance(v, Param)]
-
-
-@contextlib.contextmanager
-def _swapped(new_values: list[tuple[Param, Array]]) -> tp.Iterator[None]:
-    """Gives each Param its new value for the ``with`` block, then restores the old one."""
-    old = [(p, p.value) for p, _ in new_values]
-    try:
-        for p, value in new_values:
-            p.value = value
-        yield
-    finally:
-        for p, value in old:
-            p.value = value
 
 
 class WeightNorm(Module):
@@ -142,12 +130,14 @@ class WeightNorm(Module):
 
 
 class SpectralNorm(Module):
-    """Runs ``layer_instance`` with each weight matrix divided by its largest singular value.
+    """Divides each weight matrix of ``layer_instance`` in place by its largest singular
+    value, then runs it.
 
     The singular value is estimated by ``n_steps`` of power iteration from a vector kept in
     ``batch_stats[path + ('u',)]`` (and the estimate in ``path + ('sigma',)``); with
     ``update_stats`` (default: the constructor's) both are refined and stored. Weights with
     more than two axes are flattened to ``(-1, last_axis)`` unless ``error_on_non_matrix``.
+    As in Flax the normalised value stays in the wrapped layer's Param after the call.
 
     >>> import jax.numpy as jnp
     >>> from flaxen import nnx
@@ -230,9 +220,7 @@ class SpectralNorm(Module):
         """Calls the wrapped layer with spectrally normalised weights."""
         if update_stats is None:
             update_stats = not self.use_running_average
-        new = []
         for path, param in _params(self.layer_instance):
             if self._as_matrix(path, param.value) is not None:
-                new.append((param, self._normalized(path, param.value, update_stats)))
-        with _swapped(new):
-            return self.layer_instance(x)
+                param.set_value(self._normalized(path, param.value, update_stats))
+        return self.layer_instance(x)
