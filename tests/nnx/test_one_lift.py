@@ -261,3 +261,45 @@ def test_custom_vjp_functional_mode_uses_the_branch():
     x = jnp.ones((3, 2))
     gx = jax.grad(lambda x: f(m, x))(x)
     assert gx.shape == (3, 2)
+
+
+@pytest.mark.parametrize("kw", [{"graph_updates": False}, {"graph": False}])
+def test_public_transforms_finish_through_the_primitive_in_functional_modes(kw, monkeypatch):
+    # jit, grad, value_and_grad, vjp, jvp, eval_shape and checkify have one body: their
+    # functional modes end in Lift.finish's functional branch, not in a second write-back
+    from flaxen.nnx.transforms import _functional
+
+    seen = []
+    finish = _lift.Lift.finish
+
+    def counting(self, out, *a, **k):
+        seen.append(out.functional)
+        return finish(self, out, *a, **k)
+
+    monkeypatch.setattr(_lift.Lift, "finish", counting)
+
+    def bump(c, x):
+        c[...] = c[...] + 1.0
+        return jnp.sum(x * c[...])
+
+    def bump_new(c, x):
+        return bump(c, x), nnx.Variable(x)  # a node in the output is built new outside
+
+    c = nnx.Variable(jnp.array(0.0))
+    x = jnp.array(2.0)
+    out, v = nnx.jit(bump_new, **kw)(c, x)
+    assert float(out) == 2.0 and isinstance(v, nnx.Variable) and float(c[...]) == 1.0
+    assert float(nnx.grad(bump, argnums=1, **kw)(c, x)) == 2.0 and float(c[...]) == 2.0
+    (loss, aux), g = nnx.value_and_grad(bump_new, argnums=1, has_aux=True, **kw)(c, x)
+    assert float(loss) == 6.0 and isinstance(aux, nnx.Variable) and float(c[...]) == 3.0
+    out, vjp_fn = nnx.vjp(bump, c, x, **kw)
+    assert float(out) == 8.0 and float(vjp_fn(jnp.array(1.0))[1]) == 4.0
+    assert float(c[...]) == 4.0
+    out, t = nnx.jvp(bump, (c, x), (nnx.Variable(jnp.array(0.0)), jnp.array(1.0)), **kw)
+    assert (float(out), float(t), float(c[...])) == (10.0, 5.0, 5.0)
+    shape = nnx.eval_shape(bump_new, c, x, **kw)
+    assert shape[0].shape == () and float(c[...]) == 5.0  # eval_shape leaves inputs alone
+    err, out = nnx.checkify(bump, **kw)(c, x)
+    assert err.get() is None and float(out) == 12.0 and float(c[...]) == 6.0
+    assert seen == [True] * 7
+    assert not hasattr(_functional, "run") and not hasattr(_functional, "finish")

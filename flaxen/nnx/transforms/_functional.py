@@ -4,11 +4,11 @@ What the functional modes write back is a branch of the lifting primitive
 (:mod:`flaxen.nnx._lift`): ``exit(inner, out, functional=name)`` returns the input
 Variables' new values and the output's node values, ``Lift.finish`` writes the former into
 the input Variables and builds the latter as new objects, refusing outputs that alias an
-input. This file adds what only these modes need: tree mode's refusal of a Variable or node
-reached twice among the inputs (:func:`check_no_shared`: a pytree has no shared
-references), the ``jax.Ref`` plumbing of a traced function's results, and the split-list
-names the jit machinery calls (:func:`run`, :func:`finish`, ``FnOut`` is
-``_lift.OutStatic``).
+input. Every transform takes that branch through ``lift.pure(f, functional=...)`` (or
+``_lift.exit``) and ``lift.finish``; this file adds what only these modes need: tree mode's
+refusal of a Variable or node reached twice among the inputs (:func:`check_no_shared`: a
+pytree has no shared references) and the ``jax.Ref`` plumbing of a traced function's
+results (:func:`unref` / :func:`reref`).
 
 >>> import jax.numpy as jnp
 >>> from flaxen import nnx
@@ -33,12 +33,6 @@ from flaxen.errors import NNXTransformError
 from flaxen.nnx import _lift
 from flaxen.nnx._graphdef import NodeDef, NodeRef, VariableDef
 
-# the functional branch of the primitive, by the names its callers use
-FnOut = _lift.OutStatic
-input_values = _lift.input_values
-split_output = _lift.split_output
-build_output = _lift.build_output
-
 
 def _path_str(path: tuple) -> str:
     return "".join(f"[{k!r}]" if isinstance(k, int) else f".{k}" for k in path) or "<root>"
@@ -48,8 +42,6 @@ def _root_paths(static: _lift.InStatic) -> list[tuple]:
     """A readable path prefix for each graph node among the arguments."""
     treedef = static.treedef
     n = treedef.num_leaves
-    import jax
-
     labels = jax.tree_util.tree_unflatten(treedef, list(range(n)))
     paths: dict[int, tuple] = {}
     for kp, i in jax.tree_util.tree_flatten_with_path(labels)[0]:
@@ -95,32 +87,6 @@ def check_no_shared(static: _lift.InStatic, fn_name: str) -> None:
 
     for d, p in zip(defs, _root_paths(static)):
         walk(d, p)
-
-
-def run(static: _lift.InStatic, fun: tp.Callable, values: tp.Sequence[tp.Any], leaves: list,
-        fn_name: str, args_hook: tp.Callable | None = None
-        ) -> tuple[list, list, list, _lift.OutStatic]:
-    """Inside a JAX transform: ``fun`` on fresh copies, through the functional branch of
-    :func:`~flaxen.nnx._lift.exit`; ``(new input values, output node values, output leaves,
-    OutStatic)``."""
-    args, kwargs, inner = _lift.enter(static, values, leaves)
-    if args_hook is not None:
-        args, kwargs = args_hook(args, kwargs)
-    out_leaves, fo, out_values = split_output(inner, fun(*args, **kwargs), fn_name)
-    return input_values(inner), out_values, out_leaves, fo
-
-
-def write_back(lift: _lift.Lift, new_values: tp.Sequence[tp.Any]) -> None:
-    """Outside: the new values into the input Variables (:meth:`Lift.write_values`)."""
-    lift.write_values(new_values)
-
-
-def finish(lift: _lift.Lift, fo: _lift.OutStatic, new_values: tp.Sequence[tp.Any],
-           out_values: tp.Sequence[tp.Any], out_leaves: list, *, update: bool = True) -> tp.Any:
-    """Outside: :meth:`Lift.finish`'s functional branch on the split lists."""
-    if update:
-        lift.write_values(new_values)
-    return build_output(fo, out_values, out_leaves)
 
 
 # -- jax.Ref values: they go into a traced function but cannot come out of one ----------------

@@ -79,6 +79,13 @@ def _constrain(values: list, var_paths: list) -> list:
 class JitWrapped:
     """The callable ``nnx.jit`` returns (see :func:`jit`)."""
 
+    @property
+    def functional_name(self) -> str | None:
+        """None: graph mode (structure written back); a transform's name: the functional
+        branch of the primitive (the input Variables' values written back, the output's
+        nodes built new)."""
+        return None
+
     def __init__(self, fun: tp.Callable, *, in_shardings: tp.Any, out_shardings: tp.Any,
                  static_argnums: tp.Any, static_argnames: tp.Any, donate_argnums: tp.Any,
                  donate_argnames: tp.Any, keep_unused: bool, device: tp.Any, backend: tp.Any,
@@ -129,13 +136,21 @@ class JitWrapped:
 
             for c in inner.copies:
                 update(c, self.constrain_state(split(c)[1]))
-        out = self.fun(*args, **kwargs)
+        out = self._constrain_output(self.fun(*args, **kwargs))
+        new_values, out_leaves, aux = _lift.exit(inner, out, functional=self.functional_name)
+        if self.constrain_state is True:
+            from flaxen.nnx._graphdef import var_def_paths
+
+            # the functional branch's values: the inputs' leaves, then the output's
+            paths = [*var_def_paths(static.defs), *aux.var_paths] if aux.functional \
+                else aux.var_paths
+            new_values = _constrain(new_values, paths)
+        return _JitOut(aux, new_values, out_leaves)
+
+    def _constrain_output(self, out: tp.Any) -> tp.Any:
         if self.out_shardings is not UNSPECIFIED and self.out_shardings is not None:
             out = jax.lax.with_sharding_constraint(out, self.out_shardings)
-        new_values, out_leaves, aux = _lift.exit(inner, out)
-        if self.constrain_state is True:
-            new_values = _constrain(new_values, aux.var_paths)
-        return _JitOut(aux, new_values, out_leaves)
+        return out
 
     def _lift_args(self, args: tuple, kwargs: dict) -> tuple[_lift.Lift, list, tuple]:
         static_vals: tuple = ()

@@ -220,6 +220,42 @@ def _tree_grads(args: tuple, n: int, lift: _lift.Lift, layout: _Layout, full: li
     return treedef.unflatten(out)
 
 
+def _split_aux(f: tp.Callable, has_aux: bool, primal_box: list) -> tp.Callable:
+    """``f`` returning only its aux part (None without ``has_aux``), the primal output
+    handed over in ``primal_box``: the lifted function's output is what JAX treats as aux."""
+
+    def call(*a: tp.Any, **k: tp.Any) -> tp.Any:
+        out = f(*a, **k)
+        primal, aux = out if has_aux else (out, None)
+        primal_box.append(primal)
+        return aux
+
+    return call
+
+
+def _inner_fn(f: tp.Callable, lift: _lift.Lift, values: list, positions: list,
+              has_aux: bool, functional: str | None) -> tp.Callable:
+    """The function JAX differentiates, of the differentiated values and leaves of each
+    argument (``positions``: their indices into ``values`` (``lift.values``) and
+    ``lift.leaves``): ``f`` lifted (``functional``: None for graph mode, else the
+    transform's name), returning ``(primal, (values, out_leaves))`` for ``lift.finish``."""
+    primal_box: list = []
+    lifted = lift.pure(_split_aux(f, has_aux, primal_box), functional=functional)
+
+    def inner(*diff: tp.Any) -> tp.Any:
+        vals = list(values)
+        leaves = list(lift.leaves)
+        for (vp, lp), (dv, dl) in zip(positions, diff):
+            for i, x in zip(vp, dv):
+                vals[i] = x
+            for j, x in zip(lp, dl):
+                leaves[j] = x
+        new_values, aux_leaves = lifted(vals, leaves)
+        return primal_box.pop(), (new_values, aux_leaves)
+
+    return inner
+
+
 def _grad_impl(f: tp.Callable, argnums: tp.Any, has_aux: bool, holomorphic: bool,
                allow_int: bool, graph: bool | None, graph_updates: bool | None,
                return_value: bool, name: str) -> tp.Callable:
@@ -246,32 +282,7 @@ def _grad_impl(f: tp.Callable, argnums: tp.Any, has_aux: bool, holomorphic: bool
             _check_aliasing(lift, layout, nums, positions, name)
         # a filter matching nothing is no error (as in Flax): that argument's gradient is an
         # empty State
-        box: list = []
-
-        def inner(*diff: tp.Any) -> tp.Any:
-            vals = list(values)
-            leaves = list(lift.leaves)
-            for (vp, lp), (dv, dl) in zip(positions, diff):
-                for i, x in zip(vp, dv):
-                    vals[i] = x
-                for j, x in zip(lp, dl):
-                    leaves[j] = x
-            loss_box: list = []
-
-            def split_aux(*a: tp.Any, **k: tp.Any) -> tp.Any:
-                out = f(*a, **k)
-                loss, aux = out if has_aux else (out, None)
-                loss_box.append(loss)
-                return aux
-
-            if updates:
-                new_values, aux_leaves = lift.pure(split_aux)(vals, leaves)
-                return loss_box[0], (new_values, aux_leaves)
-            new, out_values, out_leaves, fo = _functional.run(
-                lift.static, split_aux, vals, leaves, name)
-            box.append(fo)
-            return loss_box[0], (new, out_values, out_leaves)
-
+        inner = _inner_fn(f, lift, values, positions, has_aux, None if updates else name)
         transform = jax.value_and_grad if return_value else jax.grad
         fn = transform(inner, argnums=tuple(range(len(nums))), has_aux=True,
                        holomorphic=holomorphic, allow_int=allow_int)
@@ -279,12 +290,11 @@ def _grad_impl(f: tp.Callable, argnums: tp.Any, has_aux: bool, holomorphic: bool
             (loss, aux_parts), grads = fn(*diff_in)
         else:
             grads, aux_parts = fn(*diff_in)
+        aux = lift.finish(lift.out, *aux_parts)  # type: ignore[arg-type]  # set by the trace
         if updates:
-            aux = lift.finish(lift.out, *aux_parts)  # type: ignore[arg-type]  # set by the trace
             results = [_graph_grads(args, n, lift, layout, vp, lp, gv, gl)
                        for n, (vp, lp), (gv, gl) in zip(nums, positions, grads)]
         else:
-            aux = _functional.finish(lift, box[0], *aux_parts)
             results = []
             for n, (vp, lp), (gv, gl) in zip(nums, positions, grads):
                 full = list(values)
@@ -357,33 +367,6 @@ def _all_positions(args: tuple, lift: _lift.Lift) -> tuple[_Layout, list]:
     return layout, pos
 
 
-def _inner_fn(f: tp.Callable, lift: _lift.Lift, positions: list, has_aux: bool, name: str,
-              box: list) -> tp.Callable:
-    values = lift.values
-
-    def inner(*diff: tp.Any) -> tp.Any:
-        vals = list(values)
-        leaves = list(lift.leaves)
-        for (vp, lp), (dv, dl) in zip(positions, diff):
-            for i, x in zip(vp, dv):
-                vals[i] = x
-            for j, x in zip(lp, dl):
-                leaves[j] = x
-        out_box: list = []
-
-        def call(*a: tp.Any, **k: tp.Any) -> tp.Any:
-            out = f(*a, **k)
-            primal, aux = out if has_aux else (out, None)
-            out_box.append(primal)
-            return aux
-
-        new, out_values, out_leaves, fo = _functional.run(lift.static, call, vals, leaves, name)
-        box.append(fo)
-        return out_box[0], (new, out_values, out_leaves)
-
-    return inner
-
-
 def vjp(f: tp.Callable[..., tp.Any] | None = None, *primals: tp.Any, has_aux: bool = False,
         reduce_axes: tp.Sequence[tp.Any] = (), graph: bool | None = None,
         graph_updates: bool | None = None) -> tp.Any:
@@ -424,10 +407,9 @@ def _vjp_call(f: tp.Callable, primals: tuple, has_aux: bool, graph: bool | None,
     layout, positions = _all_positions(primals, lift)
     values = lift.values
     diff_in = [([values[i] for i in vp], [lift.leaves[j] for j in lp]) for vp, lp in positions]
-    box: list = []
     out, pullback, aux_parts = jax.vjp(
-        _inner_fn(f, lift, positions, has_aux, "vjp", box), *diff_in, has_aux=True)
-    aux = _functional.finish(lift, box[0], *aux_parts)
+        _inner_fn(f, lift, values, positions, has_aux, "vjp"), *diff_in, has_aux=True)
+    aux = lift.finish(lift.out, *aux_parts)  # type: ignore[arg-type]  # set by the trace
 
     def vjp_fn(cotangent: tp.Any) -> tuple:
         grads = pullback(cotangent)
@@ -490,10 +472,9 @@ def _jvp_call(f: tp.Callable, primals: tuple, tangents: tuple, has_aux: bool,
                     for vp, lp in positions)
     diff_t = tuple(([tvalues[i] for i in vp], [tlift.leaves[j] for j in lp])
                    for vp, lp in positions)
-    box: list = []
     out, t_out, aux_parts = jax.jvp(
-        _inner_fn(f, lift, positions, has_aux, "jvp", box), diff_in, diff_t, has_aux=True)
-    aux = _functional.finish(lift, box[0], *aux_parts)
+        _inner_fn(f, lift, values, positions, has_aux, "jvp"), diff_in, diff_t, has_aux=True)
+    aux = lift.finish(lift.out, *aux_parts)  # type: ignore[arg-type]  # set by the trace
     return (out, t_out, aux) if has_aux else (out, t_out)
 
 

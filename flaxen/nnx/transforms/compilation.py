@@ -2,10 +2,11 @@
 
 ``jit(f, graph=, graph_updates=)``: with ``graph=True, graph_updates=True`` (the default) it
 is the graph-mode jit of :mod:`flaxen.nnx.transforms._graph_jit` (changes to the structure of
-graph-node arguments are written back); otherwise only the new values of the input
-Variables are written back and graph nodes returned are new objects (see
-:mod:`._functional`). ``in_shardings`` entries may be ``StateSharding`` objects (graph
-mode) or shardings applied to every array of that argument.
+graph-node arguments are written back); otherwise the same machinery takes the functional
+branch of the lifting primitive (:mod:`flaxen.nnx._lift`): only the new values of the input
+Variables are written back and graph nodes returned are new objects. ``in_shardings``
+entries may be ``StateSharding`` objects (graph mode) or shardings applied to every array of
+that argument.
 
 ``jit_partial(f, *args)`` jits ``f`` with its first arguments bound; the bound graph nodes'
 walk is cached, so a train step over ``(model, optimizer)`` only lifts the batch per call.
@@ -220,24 +221,6 @@ def _put(x: tp.Any, s: tp.Any) -> tp.Any:
 
 # -- the wrapped callable --------------------------------------------------------------------
 
-class _FnJitOut:
-    __slots__ = ("fo", "new", "out_values", "out_leaves")
-
-    def __init__(self, fo: _functional.FnOut, new: list, out_values: list, out_leaves: list
-                 ) -> None:
-        self.fo = fo
-        self.new = new
-        self.out_values = out_values
-        self.out_leaves = out_leaves
-
-
-jax.tree_util.register_pytree_node(
-    _FnJitOut,
-    lambda o: ((o.new, o.out_values, o.out_leaves), o.fo),
-    lambda fo, ch: _FnJitOut(fo, ch[0], ch[1], ch[2]),
-)
-
-
 class _RefOut:
     """A jitted result whose ``jax.Ref`` values were taken out (see ``_functional.unref``)."""
 
@@ -252,19 +235,11 @@ jax.tree_util.register_pytree_node(
     _RefOut, lambda o: ((o.res,), o.plan), lambda plan, ch: _RefOut(ch[0], plan))
 
 
-def _ref_fields(res: tp.Any) -> tuple[str, ...]:
-    return ("new", "out_values", "out_leaves") if type(res) is _FnJitOut \
-        else ("values", "out_leaves")
-
-
 def _take_refs(res: tp.Any, values: list, leaves: list) -> tp.Any:
-    fields = _ref_fields(res)
-    seqs = tuple(getattr(res, f) for f in fields)
-    if not _functional.has_refs(*seqs):
+    if not _functional.has_refs(res.values, res.out_leaves):
         return res
-    seqs, plan = _functional.unref(seqs, (values, leaves))
-    for f, seq in zip(fields, seqs):
-        setattr(res, f, seq)
+    (res.values, res.out_leaves), plan = _functional.unref(
+        (res.values, res.out_leaves), (values, leaves))
     return _RefOut(res, plan)
 
 
@@ -308,30 +283,29 @@ class _JitWrappedBase(_graph_jit.JitWrapped):
         g, gu = resolve_modes(*self._modes)
         return g and gu
 
+    @property
+    def functional_name(self) -> str | None:
+        return None if self.graph_updates_mode else "jit"
+
+    def _constrain_output(self, out: tp.Any) -> tp.Any:
+        if self.graph_updates_mode:
+            return super()._constrain_output(out)
+        if self.out_shardings is not _graph_jit.UNSPECIFIED:
+            out = _constrain_out(out, self.out_shardings)
+        return out
+
     def _inner(self, static: _lift.InStatic, values: list, leaves: list, *donated: tp.Any
                ) -> tp.Any:
         key, per_value = self._shard_cache
-        if key is not static:
-            per_value = None
-        if self.graph_updates_mode:
-            res = super()._inner(static, values, leaves, *donated)
-            if (per_value is not None and self.update_shardings
-                    and any(s is not None for s in per_value)):
+        res = super()._inner(static, values, leaves, *donated)
+        if (key is static and per_value is not None and self.update_shardings
+                and any(s is not None for s in per_value)):
+            if res.aux.functional:  # the input Variables' values come first, in leaf order
+                res.values[:len(per_value)] = [
+                    _constrain(x, s) for x, s in zip(res.values, per_value)]
+            else:
                 self._constrain_updates(static, per_value, res)
-            return _take_refs(res, values, leaves)
-        leaves = list(leaves)
-        for i, x in zip(static.extra[1], donated):
-            leaves[i] = x
-        args, kwargs, inner = _lift.enter(static, values, leaves)
-        args, kwargs = _graph_jit._insert_static(args, kwargs, static.extra[0])
-        out = self.fun(*args, **kwargs)
-        if self.out_shardings is not _graph_jit.UNSPECIFIED:
-            out = _constrain_out(out, self.out_shardings)
-        new = _functional.input_values(inner, values)
-        if per_value is not None and self.update_shardings:
-            new = [_constrain(x, s) for x, s in zip(new, per_value)]
-        out_leaves, fo, out_values = _functional.split_output(inner, out, "jit")
-        return _take_refs(_FnJitOut(fo, new, out_values, out_leaves), values, leaves)
+        return _take_refs(res, values, leaves)
 
     @staticmethod
     def _constrain_updates(static: _lift.InStatic, per_value: list, res: tp.Any) -> None:
@@ -377,13 +351,8 @@ class _JitWrappedBase(_graph_jit.JitWrapped):
                 leaves: list | None = None) -> tp.Any:
         if type(res) is _RefOut:
             plan, res = res.plan, res.res
-            fields = _ref_fields(res)
-            seqs = _functional.reref(tuple(getattr(res, f) for f in fields), plan,
-                                     (values or [], leaves or []))
-            for f, seq in zip(fields, seqs):
-                setattr(res, f, seq)
-        if type(res) is _FnJitOut:
-            return _functional.finish(lift, res.fo, res.new, res.out_values, res.out_leaves)
+            res.values, res.out_leaves = _functional.reref(
+                (res.values, res.out_leaves), plan, (values or [], leaves or []))
         return lift.finish(res.aux, res.values, res.out_leaves)
 
     @traceback_util.api_boundary
@@ -419,8 +388,6 @@ class _JitWrappedBase(_graph_jit.JitWrapped):
         res = jax.eval_shape(functools.partial(self._inner, lift.static), values, leaves)
         if type(res) is _RefOut:
             res = res.res
-        if type(res) is _FnJitOut:
-            return _functional.build_output(res.fo, res.out_values, res.out_leaves)
         return lift.finish(res.aux, res.values, res.out_leaves, update_inputs=False)
 
 

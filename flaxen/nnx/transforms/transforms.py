@@ -5,7 +5,7 @@ bound methods, prefix arguments) are in :mod:`flaxen.nnx.transforms._common`.
 Each transform takes ``graph=`` / ``graph_updates=`` (``None``: the defaults of
 ``nnx.set_graph_mode`` / ``nnx.set_graph_updates``). ``graph=True, graph_updates=True`` is
 the graph mode of :mod:`flaxen.nnx._lift` (structure changes written back); the other
-combinations write back Variable values only (:mod:`._functional`).
+combinations take the primitive's functional branch and write back Variable values only.
 
 >>> import jax.numpy as jnp
 >>> from flaxen import nnx
@@ -71,28 +71,17 @@ def eval_shape(f: tp.Callable[..., tp.Any], *args: tp.Any, graph: bool | None = 
     resolve_bound(f, "eval_shape")
     graph, graph_updates = resolve_modes(graph, graph_updates)
     lift = _lift.Lift(args, kwargs)
-    if graph and graph_updates:
-        inner = lift.pure(f)
-
-        def pure_values(values: list, leaves: list) -> tuple:
-            out = inner(values, leaves)
-            return _functional.unref(out, ())[0] if _functional.has_refs(*out) else out
-
-        values, out_leaves = jax.eval_shape(pure_values, lift.values, lift.leaves)
-        return lift.finish(lift.out, values, out_leaves,  # type: ignore[arg-type]  # traced
-                           update_inputs=False)
-    _functional.check_no_shared(lift.static, "eval_shape")
-    box: list = []
+    if not graph:
+        _functional.check_no_shared(lift.static, "eval_shape")
+    inner = lift.pure(f, functional=None if graph and graph_updates else "eval_shape")
 
     def pure(values: list, leaves: list) -> tuple:
-        new, out_values, out_leaves, fo = _functional.run(
-            lift.static, f, values, leaves, "eval_shape")
-        box.append(fo)
-        out = (out_values, out_leaves)
+        out = inner(values, leaves)
         return _functional.unref(out, ())[0] if _functional.has_refs(*out) else out
 
-    out_values, out_leaves = jax.eval_shape(pure, lift.values, lift.leaves)
-    return _functional.build_output(box[0], out_values, out_leaves)
+    values, out_leaves = jax.eval_shape(pure, lift.values, lift.leaves)
+    return lift.finish(lift.out, values, out_leaves,  # type: ignore[arg-type]  # traced
+                       update_inputs=False)
 
 
 # -- checkify ---------------------------------------------------------------------------------
@@ -117,23 +106,12 @@ def checkify(f: tp.Callable[..., tp.Any], errors: frozenset = _checkify.user_che
     def wrapper(*args: tp.Any, **kwargs: tp.Any) -> tuple[tp.Any, tp.Any]:
         g, gu = resolve_modes(graph, graph_updates)
         lift = _lift.Lift(args, kwargs)
-        if g and gu:
-            err, (values, out_leaves) = _checkify.checkify(lift.pure(f), errors=errors)(
-                lift.values, lift.leaves)
-            return err, lift.finish(lift.out, values, out_leaves)  # type: ignore[arg-type]  # traced
         if not g:
             _functional.check_no_shared(lift.static, "checkify")
-        box: list = []
-
-        def pure(values: list, leaves: list) -> tuple:
-            new, out_values, out_leaves, fo = _functional.run(
-                lift.static, f, values, leaves, "checkify")
-            box.append(fo)
-            return new, out_values, out_leaves
-
-        err, (new, out_values, out_leaves) = _checkify.checkify(pure, errors=errors)(
+        pure = lift.pure(f, functional=None if g and gu else "checkify")
+        err, (values, out_leaves) = _checkify.checkify(pure, errors=errors)(
             lift.values, lift.leaves)
-        return err, _functional.finish(lift, box[0], new, out_values, out_leaves)
+        return err, lift.finish(lift.out, values, out_leaves)  # type: ignore[arg-type]  # traced
 
     return wrapper
 
@@ -193,10 +171,14 @@ def make_jaxpr(f: tp.Callable[..., tp.Any] = _MISSING, *, graph: bool | None = N
         if not g:
             _functional.check_no_shared(lift.static, "make_jaxpr")
 
+        inner = lift.pure(fun, functional="make_jaxpr")
+
         def pure(values: list, leaves: list) -> tuple:
-            new, out_values, out_leaves, _ = _functional.run(
-                lift.static, fun, values, leaves, "make_jaxpr")
-            return new, out_values, out_leaves
+            # the traced outputs: the input Variables' new values, the output's node values,
+            # the output's other leaves
+            new_values, out_leaves = inner(values, leaves)
+            n_in = lift.out.n_input_leaves  # type: ignore[union-attr]  # set by inner
+            return new_values[:n_in], new_values[n_in:], out_leaves
 
         return jax.make_jaxpr(pure, **jax_kwargs)(lift.values, lift.leaves)
 
