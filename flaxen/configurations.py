@@ -402,21 +402,21 @@ flax_array_ref = bool_flag(
     "created with ref=True.")
 flax_pytree_module = bool_flag(
     "flax_pytree_module", default=True,
-    help="Make NNX Modules pytrees by default. Accepted for compatibility; no effect in flaxen, "
-    "where Modules are pytrees unless declared with `class M(nnx.Module, pytree=False)`.")
+    help="Make NNX Modules pytrees by default (the default of `class M(nnx.Module, pytree=...)`). "
+    "As in Flax it is read once, when flaxen.nnx is imported: set it through the "
+    "FLAX_PYTREE_MODULE environment variable.")
 flax_max_repr_depth = int_flag(
     "flax_max_repr_depth", default=None,
     help="Maximum nesting depth shown by NNX object reprs (deeper objects print as `...`, "
     "as in Flax); None for no limit.")
 flax_always_shard_variable = bool_flag(
     "flax_always_shard_variable", default=True,
-    help="Shard an NNX Variable with sharding annotations as soon as it is created. Accepted "
-    "for compatibility; no effect in flaxen, which always does so (the default, True) unless "
-    "nnx.use_eager_sharding(False) is active.")
+    help="Shard an NNX Variable with sharding annotations as soon as it is created: the default "
+    "of nnx.use_eager_sharding() when no use_eager_sharding(...) context is active.")
 flax_hijax_variable = bool_flag(
     "flax_hijax_variable", default=False,
-    help="Make new NNX Variables HiJAX Variables by default. Accepted for compatibility; no "
-    "effect in flaxen, where a Variable is HiJAX only when created with hijax=True.")
+    help="Make new NNX Variables HiJAX Variables by default: the default of hijax= when no "
+    "nnx.var_defaults(hijax=...) is active.")
 nnx_graph_mode = bool_flag(
     "nnx_graph_mode", default=True,
     help="Default of NNX's graph= switch: True walks Modules as graphs (shared references "

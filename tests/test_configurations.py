@@ -210,7 +210,7 @@ def test_every_flax_0_12_8_flag_with_its_default_holder_and_class_attribute():
     for holder_name in ("flax_array_ref", "flax_pytree_module", "flax_hijax_variable"):
         holder = getattr(configurations, holder_name)
         assert isinstance(holder, configurations.FlagHolder)
-        assert "no effect in flaxen" in holder.help
+    assert "no effect in flaxen" in configurations.flax_array_ref.help  # inert in Flax too
 
 
 @pytest.mark.parametrize("name", ["flax_array_ref", "flax_pytree_module", "flax_use_flaxlib"])
@@ -251,3 +251,34 @@ def test_flag_names_are_lowercased_like_flax(fresh_config, monkeypatch):
     monkeypatch.setenv("FLAX_MIXED_CASE", "true")
     holder = configurations.bool_flag("FLAX_Mixed_Case", default=False, help="h")
     assert holder.name == "flax_mixed_case" and fresh_config.flax_mixed_case is True
+
+
+def test_variable_default_flags_take_effect_as_in_flax():
+    import jax.numpy as jnp
+
+    from flaxen import nnx
+
+    assert nnx.use_eager_sharding.get_default() is True
+    with config.temp_flip_flag("always_shard_variable", False):
+        assert nnx.use_eager_sharding.get_default() is False
+        assert nnx.using_eager_sharding() is False
+        assert nnx.Param(jnp.ones(2)).get_metadata()["eager_sharding"] is False
+        with nnx.use_eager_sharding(True):  # an explicit context wins over the flag
+            assert nnx.using_eager_sharding() is True
+    assert nnx.Param(jnp.ones(2)).get_metadata()["eager_sharding"] is True
+    with config.temp_flip_flag("hijax_variable", True):
+        assert nnx.var_defaults().hijax is True
+        with nnx.var_defaults(hijax=False):
+            assert nnx.var_defaults().hijax is False
+    assert nnx.var_defaults().hijax is False
+
+
+def test_pytree_module_flag_is_the_default_of_the_pytree_class_keyword():
+    env = {**os.environ, "FLAX_PYTREE_MODULE": "0", "JAX_PLATFORMS": "cpu"}
+    code = ("from flaxen import nnx\n"
+            "class M(nnx.Module):\n    pass\n"
+            "class P(nnx.Module, pytree=True):\n    pass\n"
+            "print(M._pytree__is_pytree, P._pytree__is_pytree)")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.split() == ["False", "True"]

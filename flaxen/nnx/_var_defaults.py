@@ -22,6 +22,7 @@ import functools
 import threading
 import typing as tp
 
+from flaxen.configurations import config
 from flaxen.typing import BaseConfigContext
 
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
@@ -66,7 +67,11 @@ def _stack(key: str) -> list[bool]:
 
 def _current(key: str) -> bool:
     stack = _stack(key)
-    return stack[-1] if stack else False
+    if stack:
+        return stack[-1]
+    # with nothing set, hijax follows the flax_hijax_variable flag as in Flax (read per call, so
+    # config.update applies at once); ref has no flag: Flax 0.12.8's flax_array_ref is inert
+    return bool(config.flax_hijax_variable) if key == "hijax" else False
 
 
 class VarDefaultsContext:
@@ -182,7 +187,7 @@ class use_eager_sharding(BaseConfigContext):  # noqa: N801 - Flax's name
 
     @classmethod
     def get_default(cls) -> bool:
-        return True
+        return bool(config.flax_always_shard_variable)
 
     @classmethod
     def get_stack(cls) -> list[bool]:
@@ -195,4 +200,4 @@ class use_eager_sharding(BaseConfigContext):  # noqa: N801 - Flax's name
 def using_eager_sharding() -> bool:
     """Whether new Variables are sharded eagerly (True unless changed)."""
     stack = VARIABLE_CONTEXT.eager_shard_stack
-    return stack[-1] if stack else True
+    return stack[-1] if stack else use_eager_sharding.get_default()

@@ -234,6 +234,11 @@ _EVERYTHING = Everything()
 _NOTHING = Nothing()
 
 
+class _InvalidFilter(InvalidFilterError, TypeError):
+    """Raised by :func:`to_predicate`: flaxen's filter error, and the ``TypeError`` Flax's
+    NNX raises for the same mistake, so either ``except`` clause catches it."""
+
+
 def to_predicate(filter: Filter) -> Predicate:  # noqa: A002
     """Turns any filter form into a ``(path, value) -> bool`` predicate."""
     if isinstance(filter, (Everything, Nothing, OfType, WithTag, PathContains, PathIn, Any,
@@ -251,7 +256,7 @@ def to_predicate(filter: Filter) -> Predicate:  # noqa: A002
         return Any(*filter)
     if callable(filter):
         return filter
-    raise InvalidFilterError(filter)
+    raise _InvalidFilter(filter)
 
 
 if tp.TYPE_CHECKING:

@@ -34,6 +34,7 @@ from abc import ABCMeta
 import jax
 import numpy as np
 
+from flaxen.configurations import config
 from flaxen.nnx import _trace, visualization
 from flaxen.nnx import reprlib as _reprlib
 from flaxen.nnx._graph_node import GraphNode
@@ -319,7 +320,8 @@ class Pytree(GraphNode, _reprlib.Representable, metaclass=PytreeMeta):
     _pytree__is_pytree: tp.ClassVar[bool] = True
     _pytree__class_status: tp.ClassVar[_Status] = _Status()
 
-    def __init_subclass__(cls, *, pytree: bool = True, **kwargs: tp.Any) -> None:
+    def __init_subclass__(cls, *, pytree: bool = config.flax_pytree_module, **kwargs: tp.Any
+                          ) -> None:
         super().__init_subclass__(**kwargs)
         slots = cls.__dict__.get("__slots__", ())
         if slots:

@@ -352,3 +352,11 @@ def test_spectral_norm_writes_the_normalised_kernel_into_the_layer():
     np.testing.assert_allclose(np.asarray(layer.kernel[...]), before / sigma, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(layer(x)), np.asarray(y), rtol=1e-6)
     assert layer.bias.shape == (4,)  # 1-D weights are left alone
+
+
+def test_a_bad_filter_is_a_type_error_and_flaxens_filter_error():
+    from flaxen.errors import InvalidFilterError
+
+    for exc in (TypeError, InvalidFilterError):
+        with pytest.raises(exc, match="Invalid filter"):
+            nnx.filterlib.to_predicate(3.5)
