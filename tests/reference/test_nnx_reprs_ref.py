@@ -274,3 +274,13 @@ def test_display_prints_outside_a_notebook(capsys):
     ref = capsys.readouterr().out
     assert _norm(ours) == _flax_text(ref)
     assert ours.startswith("Linear( # Param: 9 (36 B)")
+
+
+def test_rngs_with_default_stream_same_text():
+    # the 'default' stream comes after the named ones in both
+    make = lambda m: m.Rngs(0, params=1)  # noqa: E731
+    ref, ours = _texts(_build(make, fnnx)), _texts(_build(make, nnx))
+    for kind in ref:
+        assert _norm(ours[kind]) == _rng_count_as_flax(_flax_text(ref[kind])), kind
+
+
