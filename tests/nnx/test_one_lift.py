@@ -303,3 +303,29 @@ def test_public_transforms_finish_through_the_primitive_in_functional_modes(kw, 
     assert err.get() is None and float(out) == 12.0 and float(c[...]) == 6.0
     assert seen == [True] * 7
     assert not hasattr(_functional, "run") and not hasattr(_functional, "finish")
+
+
+def test_prefix_mapping_is_an_abc_with_map_prefix():
+    # Flax's extract.PrefixMapping: abstract, its one method map_prefix(path, variable, /)
+    import abc
+
+    from flaxen.nnx import extract
+    from flaxen.nnx.transforms import autodiff, compilation, iteration
+
+    assert isinstance(extract.PrefixMapping, abc.ABCMeta)
+    assert extract.PrefixMapping.__abstractmethods__ == frozenset({"map_prefix"})
+    with pytest.raises(TypeError, match="abstract"):
+        extract.PrefixMapping()
+
+    class NoMethod(extract.PrefixMapping):
+        pass
+
+    with pytest.raises(TypeError, match="map_prefix"):
+        NoMethod()
+    p = nnx.Param(jnp.ones(1))
+    axes = iteration.StateAxes({nnx.Param: 0, ...: None})
+    diff = autodiff.DiffState(0, nnx.Param)
+    sharding = compilation.StateSharding({nnx.Param: "p", ...: None})
+    for obj, expected in ((axes, 0), (diff, True), (sharding, "p")):
+        assert isinstance(obj, extract.PrefixMapping)
+        assert obj.map_prefix(("w",), p) == expected

@@ -309,7 +309,59 @@ def test_custom_vjp_classes():
     f = autodiff.SimpleCustomVjp(lambda x: x * 3, (), False)
     f.defvjp(lambda x: (x * 3, None), lambda res, g: (g * 10,))
     assert float(jax.grad(f)(1.0)) == 10.0
-    assert autodiff.CustomVjp[int] is not None
-    g = autodiff.CustomVjp(lambda x: x * 3, (), graph_updates=False)
-    g.defvjp(lambda x: (x * 3, None), lambda res, g: (g * 7,))
-    assert float(jax.grad(g)(1.0)) == 7.0
+    assert autodiff.CustomVjp[int] is not None and autodiff.SimpleCustomVjp[int] is not None
+
+
+class _Scale(nnx.Module):
+    def __init__(self):
+        self.w = nnx.Param(jnp.array(3.0))
+
+
+def test_custom_vjp_returns_the_public_classes_as_flax_does():
+    plain = nnx.custom_vjp(lambda m: m.w[...] ** 2)
+    assert type(plain) is autodiff.CustomVjp
+    for kw in ({"graph_updates": False}, {"graph": False}):
+        assert type(nnx.custom_vjp(lambda m: m.w[...], **kw)) is autodiff.SimpleCustomVjp
+    assert type(nnx.custom_vjp(graph=False)(lambda m: m)) is autodiff.SimpleCustomVjp
+    # the modes are those in force when it is applied (Flax resolves them there too)
+    with nnx.set_graph_mode(False):
+        tree = nnx.custom_vjp(lambda m: m.w[...])
+    assert type(tree) is autodiff.SimpleCustomVjp and tree.graph is False
+
+    # the graph-mode class: State cotangents in and out
+    def bwd(res, g):
+        (m_g,), out_g = g
+        assert isinstance(m_g, nnx.State)
+        return (nnx.State({"w": 10 * out_g}),)
+
+    plain.defvjp(lambda m: (plain(m), None), bwd)
+    assert float(nnx.grad(plain)(_Scale())["w"][...]) == 10.0
+    assert plain.nondiff_argnums == () and plain.__wrapped__ is not None
+
+
+def test_custom_vjp_classes_are_not_descriptors():
+    # as in Flax: no __get__, so a class attribute is the object itself, not a bound method
+    assert not hasattr(autodiff.CustomVjp, "__get__")
+    assert not hasattr(autodiff.SimpleCustomVjp, "__get__")
+
+    class M(nnx.Module):
+        def __init__(self):
+            self.w = nnx.Param(jnp.array(2.0))
+
+        @nnx.custom_vjp(graph_updates=False)
+        def f(self, x):
+            return self.w[...] * x
+
+    m = M()
+    assert M.f is m.f and isinstance(m.f, autodiff.SimpleCustomVjp)
+    M.f.defvjp(lambda self, x: (M.f(self, x), x), lambda res, g: (None, 5 * g))
+    assert float(M.f(m, 3.0)) == 6.0  # called unbound, the module passed explicitly
+    assert float(jax.grad(lambda x: M.f(m, x))(3.0)) == 5.0
+
+
+def test_custom_vjp_call_takes_keywords_at_their_positions():
+    f = nnx.custom_vjp(lambda m, x: m.w[...] * x, graph_updates=False)
+    f.defvjp(lambda m, x: (f(m, x), None), lambda res, g: (None, 4 * g))
+    m = _Scale()
+    assert float(f(m, x=2.0)) == 6.0
+    assert float(jax.grad(lambda x: f(m=m, x=x))(2.0)) == 4.0

@@ -13,6 +13,7 @@ True
 
 from __future__ import annotations
 
+import abc
 import functools
 import inspect
 import typing as tp
@@ -31,10 +32,22 @@ __all__ = ["PrefixMapping", "arrays_for_scalars", "check_prefix", "resolve_bound
 _PY_SCALARS = (bool, int, float, complex)
 
 
-class PrefixMapping:
+class PrefixMapping(abc.ABC):
     """Base of the objects that map Variables (by filter) to a per-Variable prefix value:
     ``StateSharding`` (shardings), ``DiffState`` (what to differentiate), ``StateAxes``.
-    Graph mode with graph updates only."""
+    Graph mode with graph updates only. A subclass implements :meth:`map_prefix`.
+
+    >>> class Everything(PrefixMapping):
+    ...     def map_prefix(self, path, variable, /):
+    ...         return 0
+    >>> Everything().map_prefix(('w',), None)
+    0
+    """
+
+    @abc.abstractmethod
+    def map_prefix(self, path: tuple, variable: tp.Any, /) -> tp.Any:
+        """The prefix value (an axis, a sharding, whether to differentiate...) for the
+        Variable ``variable`` found at ``path``."""
 
 
 def resolve_bound(fn: tp.Any, transform: str) -> tp.Any:

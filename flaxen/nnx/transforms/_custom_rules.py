@@ -41,9 +41,16 @@ from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graph_ops import _nest
 from flaxen.nnx._graphdef import NodeDef, NodeRef, VariableDef
 from flaxen.nnx.transforms import _functional
-from flaxen.nnx.transforms._common import check_prefix, resolve_bound, resolve_modes
+from flaxen.nnx.transforms._common import (
+    check_prefix,
+    resolve_bound,
+    resolve_kwargs,
+    resolve_modes,
+)
 
-__all__ = ["CustomVjp", "custom_vjp"]
+__all__ = ["CustomVjp", "SimpleCustomVjp", "custom_vjp"]
+
+A = tp.TypeVar("A")
 
 
 def _is_array(x: tp.Any) -> bool:
@@ -127,13 +134,17 @@ class _Plan:
                 ([values[i] for i in self.nondiff_v], [leaves[p] for p in self.nondiff_l]))
 
 
-class CustomVjp:
-    """The callable ``nnx.custom_vjp`` returns; register the rules with :meth:`defvjp`."""
+class _CustomVjpBase:
+    """What :class:`CustomVjp` and :class:`SimpleCustomVjp` share: the rules, and one call
+    body for every mode (``graph``/``graph_updates``: None follows the defaults in force at
+    call time). Like Flax's, neither is a descriptor: a method is decorated unbound and
+    called as ``f(module, ...)``."""
 
     def __init__(self, fun: tp.Callable, nondiff_argnums: tuple, graph: bool | None,
                  graph_updates: bool | None) -> None:
         functools.update_wrapper(self, fun)
         self.fun = fun
+        self.nondiff_argnums = nondiff_argnums
         self.graph = graph
         self.graph_updates = graph_updates
         self.nondiff: set[int] = set()
@@ -157,12 +168,11 @@ class CustomVjp:
         self.bwd = bwd
         self.symbolic_zeros = symbolic_zeros
 
-    def __get__(self, obj: tp.Any, objtype: tp.Any = None) -> tp.Any:
-        return self if obj is None else functools.partial(self, obj)
-
     # -- the call ---------------------------------------------------------------------------
 
-    def __call__(self, *args: tp.Any) -> tp.Any:
+    def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
+        # keyword arguments go to their positions: the primal inputs are positional
+        args = resolve_kwargs(self.fun, args, kwargs)
         g, gu = resolve_modes(self.graph, self.graph_updates)
         updates = g and gu
         lift = _lift.Lift(args, {})
@@ -368,14 +378,66 @@ def _takes_updates(bwd: tp.Callable, n_nondiff: int) -> bool:
     return len(positional) >= n_nondiff + 3
 
 
+class CustomVjp(_CustomVjpBase, tp.Generic[A]):
+    """A function with a custom VJP over graph-node arguments, in graph mode with graph
+    updates (what ``nnx.custom_vjp`` returns there); register the rules with
+    ``defvjp(fwd, bwd)``. ``bwd`` receives and returns ``State`` cotangents (see the module
+    docstring).
+
+    >>> import jax.numpy as jnp
+    >>> from flaxen import nnx
+    >>> class Scale(nnx.Module):
+    ...     def __init__(self):
+    ...         self.w = nnx.Param(jnp.array(3.0))
+    >>> f = CustomVjp(lambda m: m.w[...] ** 2, ())
+    >>> def bwd(res, g):
+    ...     (m_g,), out_g = g  # the input's State cotangent, the output's
+    ...     return (nnx.State({'w': 10 * out_g}),)
+    >>> f.defvjp(lambda m: (f(m), None), bwd)
+    >>> float(nnx.grad(f)(Scale())['w'][...])
+    10.0
+    """
+
+    def __init__(self, fun: tp.Callable[..., A], nondiff_argnums: tuple = ()) -> None:
+        super().__init__(fun, tuple(nondiff_argnums), True, True)
+
+
+class SimpleCustomVjp(_CustomVjpBase, tp.Generic[A]):
+    """:class:`CustomVjp` in the functional modes (what ``nnx.custom_vjp`` returns with
+    ``graph=False`` or ``graph_updates=False``): ``bwd`` returns cotangents with the
+    arguments' own structure, and only the input Variables' new values are written back.
+
+    >>> import jax, jax.numpy as jnp
+    >>> f = SimpleCustomVjp(lambda x: x * 3, (), False)
+    >>> f.defvjp(lambda x: (x * 3, None), lambda res, g: (g * 10,))
+    >>> float(jax.grad(f)(1.0))
+    10.0
+    """
+
+    def __init__(self, fun: tp.Callable[..., A], nondiff_argnums: tuple = (),
+                 graph: bool | None = None) -> None:
+        super().__init__(fun, tuple(nondiff_argnums), graph, False)
+
+
 def custom_vjp(fun: tp.Callable | None = None, *, nondiff_argnums: tuple = (),
                graph: bool | None = None, graph_updates: bool | None = None) -> tp.Any:
-    """Lifted ``jax.custom_vjp`` (see the module docstring for the rule signatures)."""
+    """Lifted ``jax.custom_vjp`` (see the module docstring for the rule signatures): a
+    :class:`CustomVjp` in graph mode with graph updates, else a :class:`SimpleCustomVjp`.
+    The modes are those in force when it is applied, as in Flax.
+
+    >>> from flaxen import nnx
+    >>> type(nnx.custom_vjp(lambda x: x)).__name__
+    'CustomVjp'
+    >>> type(nnx.custom_vjp(lambda x: x, graph=False)).__name__
+    'SimpleCustomVjp'
+    """
     if fun is None:
         return functools.partial(custom_vjp, nondiff_argnums=nondiff_argnums, graph=graph,
                                  graph_updates=graph_updates)
     resolve_bound(fun, "custom_vjp")
     g, gu = resolve_modes(graph, graph_updates)
     check_prefix(tuple(nondiff_argnums), "nondiff_argnums", "custom_vjp", g, gu)
-    return CustomVjp(fun, tuple(nondiff_argnums), graph, graph_updates)
+    if g and gu:
+        return CustomVjp(fun, tuple(nondiff_argnums))
+    return SimpleCustomVjp(fun, tuple(nondiff_argnums), g)
 

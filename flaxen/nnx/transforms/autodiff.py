@@ -53,7 +53,7 @@ from flaxen.nnx.transforms._common import (
     resolve_bound,
     resolve_modes,
 )
-from flaxen.nnx.transforms._custom_rules import custom_vjp
+from flaxen.nnx.transforms._custom_rules import CustomVjp, SimpleCustomVjp, custom_vjp
 from flaxen.nnx.variablelib import Param
 
 __all__ = ["BwdFn", "custom_vjp", "CustomVjp", "CustomVjpFnWrapper", "DiffState", "FwdFn",
@@ -485,39 +485,3 @@ from flaxen.nnx.transforms._checkpointing import remat  # noqa: E402
 A = tp.TypeVar("A")
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
 AxisName = tp.Hashable
-
-
-# -- the custom_vjp callables under Flax 0.12.8's names -----------------------------------------
-from flaxen.nnx.transforms import _custom_rules  # noqa: E402
-
-
-class CustomVjp(_custom_rules.CustomVjp, tp.Generic[A]):
-    """A function with a custom VJP over graph-node arguments (what ``nnx.custom_vjp``
-    builds); register the rules with ``defvjp(fwd, bwd)``.
-
-    >>> import jax, jax.numpy as jnp
-    >>> f = CustomVjp(lambda x: jnp.sin(x), (), graph_updates=False)
-    >>> f.defvjp(lambda x: (jnp.sin(x), x), lambda res, g: (2 * g,))
-    >>> float(jax.grad(f)(0.5))
-    2.0
-    """
-
-    def __init__(self, fun: tp.Callable[..., A], nondiff_argnums: tuple[int, ...] = (), *,
-                 graph: bool | None = None, graph_updates: bool | None = None) -> None:
-        super().__init__(fun, tuple(nondiff_argnums), graph, graph_updates)
-
-
-class SimpleCustomVjp(_custom_rules.CustomVjp, tp.Generic[A]):
-    """:class:`CustomVjp` in the functional modes (``graph_updates=False``): only the input
-    Variables' new values are written back.
-
-    >>> import jax, jax.numpy as jnp
-    >>> f = SimpleCustomVjp(lambda x: x * 3, (), False)
-    >>> f.defvjp(lambda x: (x * 3, None), lambda res, g: (g * 10,))
-    >>> float(jax.grad(f)(1.0))
-    10.0
-    """
-
-    def __init__(self, fun: tp.Callable[..., A], nondiff_argnums: tuple[int, ...] = (),
-                 graph: bool | None = None) -> None:
-        super().__init__(fun, tuple(nondiff_argnums), graph, False)
