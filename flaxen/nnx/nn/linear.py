@@ -69,7 +69,19 @@ def _contract_kwargs(preferred: tp.Any, out_sharding: tp.Any) -> dict:
     return kw
 
 
-_ArrayImpl = type(jnp.zeros(()))
+# jax's concrete array class, learned from the first concrete input (asking for it at import,
+# e.g. with type(jnp.zeros(())), would start the JAX backend when flaxen is imported)
+_CONCRETE: set[type] = set()
+
+
+def _concrete(x: tp.Any) -> bool:
+    t = type(x)
+    if t in _CONCRETE:
+        return True
+    if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+        _CONCRETE.add(t)
+        return True
+    return False
 
 
 def _linear_math(inputs: Array, kernel: Array, bias: Array | None, precision: tp.Any
@@ -140,9 +152,9 @@ class Linear(Module):
         if inputs.ndim and inputs.shape[-1] != kernel.shape[0]:
             check_features("Linear", inputs, (-1,), kernel.shape[:1], kernel.shape, "in_features")
         if (self.dot_general is lax.dot_general and self.preferred_element_type is None
-                and out_sharding is None and type(inputs) is _ArrayImpl
+                and out_sharding is None and _concrete(inputs)
                 and (self.precision is None or isinstance(self.precision, (str, lax.Precision)))
-                and type(kernel) is _ArrayImpl):
+                and _concrete(kernel)):
             # eager call of the default layer: one compiled dispatch instead of three
             # (dot_general, reshape and add each go through JAX's slower primitive path)
             return _eager_linear(inputs, kernel, bias, self.precision)
