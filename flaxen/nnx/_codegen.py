@@ -13,6 +13,9 @@ the definition expects and :class:`VariableState` leaves; for anything else it r
 
 from __future__ import annotations
 
+import collections
+import itertools
+import operator
 import types
 import typing as tp
 from collections.abc import Mapping
@@ -102,7 +105,9 @@ def _trie(paths: tp.Iterable[tuple]) -> dict | None:
 
 
 def _dict_setter(typ: type) -> tp.Any:
-    for klass in typ.__mro__:
+    # the most basic class's ``__dict__`` descriptor (GraphNode's for every graph node): the
+    # same setter for all classes lets generated code set every node's dict in one loop
+    for klass in reversed(typ.__mro__):
         desc = klass.__dict__.get("__dict__")
         if desc is not None:
             return desc.__set__ if type(desc) is types.GetSetDescriptorType else None
@@ -128,6 +133,12 @@ _COMMON_ENV = {
     "_vs_meta": VariableState._var_metadata.__set__,  # type: ignore[attr-defined]
     # a State's storage: a slot or an instance attribute, object.__setattr__ sets either
     "_osa": object.__setattr__,
+    "_list": list,
+    "_repeat": itertools.repeat,
+    "_call": operator.call,
+    "_dcopy": dict.copy,
+    # runs an iterator of side effects to its end in C, keeping nothing
+    "_drain": collections.deque(maxlen=0).extend,
 }
 
 
@@ -290,6 +301,11 @@ def make_merge_fn(defs: tuple, variables: bool = False) -> tp.Callable[[State], 
         ln.append(f"if _tuple(_map(_type, ({', '.join(checked)},))) != "
                   f"{src.const(tuple(expected))}: return _MISS")
     ln.append("tr = _current_trace()")
+    body: list[str] = []
+    # Graph nodes are created, given their trace, status and (template) ``__dict__`` all at
+    # once by C-level ``map`` loops over constant tuples, before any attribute is filled in:
+    # per object that is a few C calls instead of a few lines of bytecode each.
+    nodes: list[tuple[str, type, tp.Any, dict, tp.Any]] = []  # name, type, status, dict, set
     counter = [0]
     ok = [True]
 
@@ -304,11 +320,11 @@ def make_merge_fn(defs: tuple, variables: bool = False) -> tp.Callable[[State], 
             counter[0] = i + 1
             o = f"o{d.index}"
             if variables:
-                ln.append(f"{o} = l{i}")
+                body.append(f"{o} = l{i}")
                 return o
-            ln.append(f"{o} = _new({src.const(d.type)}); "
-                      f"_set_meta({o}, _dict(l{i}._var_metadata)); "
-                      f"_set_trace({o}, tr); _set_raw({o}, l{i}.value)")
+            body.append(f"{o} = _new({src.const(d.type)}); "
+                        f"_set_meta({o}, _dict(l{i}._var_metadata)); "
+                        f"_set_trace({o}, tr); _set_raw({o}, l{i}.value)")
             return o
         if d.type is not PytreeType:
             setter = _dict_setter(d.type)
@@ -316,36 +332,45 @@ def make_merge_fn(defs: tuple, variables: bool = False) -> tp.Callable[[State], 
                 ok[0] = False
                 return "None"
             o = f"o{d.index}"
-            ln.append(f"{o} = _new({src.const(d.type)}); _set_node_trace({o}, tr)")
-            if d.metadata is not None:
-                ln.append(f"_set_status({o}, {src.const(d.metadata)})")
             str_keys = d.type._graph_int_keys
             keys = [str(k) if str_keys else k for k, _ in d.attributes]
-            exprs = [build(s) for _, s in d.attributes]
-            fixed = [type(s) is Static for _, s in d.attributes]
-            if sum(fixed) >= 2:
-                # a copy of a template holding the static attributes, then the others
-                # assigned: several times cheaper than a dict display of every attribute
-                template = {k: (sub.get() if f else None)
-                            for k, (_, sub), f in zip(keys, d.attributes, fixed)}
-                dn = src.fresh("d")
-                ln.append(f"{dn} = {src.const(template)}.copy()")
-                for k, e, f in zip(keys, exprs, fixed):
-                    if not f:
-                        ln.append(f"{dn}[{src.const(k)}] = {e}")
-                ln.append(f"{src.const(setter)}({o}, {dn})")
-            else:
-                items = [f"{src.const(k)}: {e}" for k, e in zip(keys, exprs)]
-                ln.append(f"{src.const(setter)}({o}, {{{', '.join(items)}}})")
+            # the template keeps the attribute order; data slots are filled in below
+            template = {k: (sub.get() if type(sub) is Static else None)
+                        for k, (_, sub) in zip(keys, d.attributes)}
+            dn = "d" + o
+            nodes.append((o, d.type, d.metadata, template, setter))
+            for k, (_, sub) in zip(keys, d.attributes):
+                if type(sub) is not Static:
+                    e = build(sub)
+                    body.append(f"{dn}[{src.const(k)}] = {e}")
             return o
         subs = [build(s) for _, s in d.attributes]
         t_ = src.fresh("t")
-        ln.append(f"{t_} = {src.const(d.metadata)}.unflatten([{', '.join(subs)}])")
+        body.append(f"{t_} = {src.const(d.metadata)}.unflatten([{', '.join(subs)}])")
         return t_
 
     root = build(defs[0])
     if not ok[0]:
         return None
+    if nodes:
+        names = ", ".join(n for n, *_ in nodes)
+        ln.append(f"os_ = _list(_map(_new, {src.const(tuple(t for _, t, *_ in nodes))}))")
+        ln.append(f"{names}, = os_")
+        ln.append("_drain(_map(_set_node_trace, os_, _repeat(tr)))")
+        with_status = [(n, st) for n, _, st, _, _ in nodes if st is not None]
+        if len(with_status) == len(nodes):
+            ln.append(f"_drain(_map(_set_status, os_, "
+                      f"{src.const(tuple(st for _, st in with_status))}))")
+        elif with_status:
+            ln.append(f"_drain(_map(_set_status, ({', '.join(n for n, _ in with_status)},), "
+                      f"{src.const(tuple(st for _, st in with_status))}))")
+        ln.append(f"ds_ = _list(_map(_dcopy, {src.const(tuple(t for *_, t, _ in nodes))}))")
+        if len({id(getattr(x, "__self__", x)) for *_, x in nodes}) == 1:
+            ln.append(f"_drain(_map({src.const(nodes[0][4])}, os_, ds_))")
+        else:
+            ln.append(f"_drain(_map(_call, {src.const(tuple(x for *_, x in nodes))}, os_, ds_))")
+        ln.append(f"{', '.join('d' + n for n, *_ in nodes)}, = ds_")
+    ln.extend(body)
     ln.append(f"return {root}")
     env = dict(_COMMON_ENV)
     env["_set_node_trace"] = GraphNode._nnx_trace.__set__  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from flaxen import nnx
+from flaxen.errors import TraceContextError
 from flaxen.nnx import graphlib
 
 
@@ -73,3 +74,52 @@ def test_states_it_was_not_written_for_take_the_general_path():
     m = nnx.merge(gd, nnx.State(pure))
     assert isinstance(m.layers[0].kernel, nnx.Param)
     np.testing.assert_array_equal(m.layers[0].kernel.value, st["layers"][0]["kernel"].value)
+
+
+class _Plain(nnx.Pytree, pytree=False):
+    """A graph node that is not a pytree: built by the generated merge with the others."""
+
+    def __init__(self) -> None:
+        self.scale = nnx.Param(jnp.ones(2))
+        self.name = "plain"
+
+
+class _Mixed(nnx.Module):
+    def __init__(self) -> None:
+        self.a = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+        self.plain = _Plain()
+        self.shared = self.a  # one object reached twice: one object after merge
+        self.pair = nnx.data((self.plain, 3))
+
+
+def test_generated_merge_builds_every_node_with_its_own_trace_status_and_dict():
+    model = _Mixed()
+    gd, st = _warm(model)
+    fast, slow = nnx.merge(gd, st), _interpreted(gd, st)
+    assert fast.shared is fast.a and fast.pair[0] is fast.plain
+    for f, s in [(fast, slow), (fast.a, slow.a), (fast.plain, slow.plain)]:
+        assert type(f) is type(s)
+        assert list(vars(f)) == list(vars(s))  # attribute order kept
+        assert f._pytree__status == s._pytree__status
+    assert vars(fast.a) is not vars(slow.a) and vars(fast.a) is not vars(model.a)
+    fast.a.extra = 1  # created under this (eager) trace: mutable here
+    assert "extra" not in vars(model.a)
+
+
+def test_generated_merge_inside_jit_belongs_to_that_trace():
+    import jax
+
+    model = _Mixed()
+    gd, st = _warm(model)
+    outside = nnx.merge(gd, st)
+
+    @jax.jit
+    def f(st):
+        inner = nnx.merge(gd, st)
+        inner.a.tag = "set inside"  # built under this trace: allowed
+        with pytest.raises(TraceContextError):
+            outside.a.tag = "leak"  # built outside: refused
+        return inner.a.kernel[...]
+
+    f(st)
+    assert not hasattr(outside.a, "tag")
