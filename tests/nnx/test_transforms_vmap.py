@@ -240,3 +240,21 @@ def test_returning_a_captured_module_is_refused(graph_updates):
     msg = "different trace level" if graph_updates else "Cannot return captured Variable"
     with pytest.raises(ValueError, match=msg):
         f(jnp.zeros((4,)))
+
+
+def test_state_axes_string_filters_select_by_tag_as_flax():
+    # a string in StateAxes is nnx.WithTag (an Rng stream's key and count), not a path part
+    class Model(nnx.Module):
+        def __init__(self):
+            self.params = nnx.Param(jnp.ones(3))  # attribute named like the stream
+            self.rngs = nnx.Rngs(params=0)
+
+    from flaxen.nnx.transforms._axes import to_predicate
+
+    model = Model()
+
+    p = to_predicate("params")
+    assert isinstance(p, nnx.WithTag)
+    assert p(("rngs", "params", "key"), model.rngs.params.key)
+    assert p(("rngs", "params", "count"), model.rngs.params.count)
+    assert not p(("params",), model.params)

@@ -102,30 +102,7 @@ class StateAxes(PrefixMapping, Mapping):
         return hash((self._filters, self._axes))
 
 
-class _PathHas:
-    """Today's string filter: the path has ``key`` as a part (RNG counters included, so a
-    stream's key and count travel together; the 0.8.3 face's filter picks keys only)."""
-
-    __slots__ = ("key",)
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-    def __call__(self, path: tuple, value: tp.Any) -> bool:
-        return self.key in path or getattr(value, "tag", None) == self.key
-
-    def __repr__(self) -> str:
-        return f"PathContains({self.key!r})"
-
-
-def to_predicate(f: tp.Any) -> tp.Callable:
-    """``filterlib.to_predicate`` with today's string filters (see :class:`_PathHas`)."""
-    if isinstance(f, str):
-        return _PathHas(f)
-    if isinstance(f, (list, tuple)) and any(isinstance(x, (str, list, tuple)) for x in f):
-        preds = tuple(to_predicate(x) for x in f)
-        return lambda path, value: any(p(path, value) for p in preds)
-    return filterlib.to_predicate(f)
+to_predicate = filterlib.to_predicate  # Flax's rule: a string is WithTag, as everywhere
 
 
 def _is_state_like(m: Mapping) -> bool:
