@@ -354,3 +354,29 @@ def test_bridge_setup_submodule_written_without_setattr_gets_its_variables():
     variables = {"params": {"inner": {"w": jnp.full((3, 2), 2.0)}}}
     np.testing.assert_allclose(Parent().apply(variables, jnp.ones((1, 3))),
                                jnp.full((1, 2), 6.0))
+
+
+def test_linen_layers_made_in_a_compact_bridge_method_get_their_params_on_apply():
+    from flaxen import linen as nn
+    from flaxen.nnx import bridge
+
+    class Dense2(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(3, use_bias=False, name="inner")(x)
+
+    class Outer(bridge.Module):
+        @bridge.compact
+        def __call__(self, x):
+            x = bridge.linen_in_bridge_mdl(Dense2())(x)
+            return bridge.linen_in_bridge_mdl(Dense2(), name="second")(x)
+
+    model = Outer()
+    x = jnp.ones((2, 3))
+    variables = model.init(jax.random.key(0), x)
+    params = variables["params"]
+    assert set(params) == {"Dense2_0", "second"}
+    y = model.apply(variables, x)  # the stored kernels are used, nothing is re-initialised
+    k1 = params["Dense2_0"]["inner"]["kernel"]
+    k2 = params["second"]["inner"]["kernel"]
+    np.testing.assert_allclose(np.asarray(y), np.asarray(x @ k1 @ k2), rtol=1e-6)

@@ -416,7 +416,7 @@ class Module(nnx_module.Module, ModuleBase, metaclass=ModuleMeta,  # type: ignor
                 lambda leaf, col=col: bv.to_nnx_var(col, leaf), dict(tree),
                 is_leaf=lambda x: isinstance(x, meta.AxisMetadata))
             merged = _merge(merged, converted)
-        _load(module, ModuleState(merged))
+        _load(module, merged)  # plain dicts: ToNNX keeps each collection part as a dict attribute
         rngs = _as_rngs(rngs)
         fn = _resolve_method(module, method)
         MODULE_CONTEXT.initializing.append(_initialize)
