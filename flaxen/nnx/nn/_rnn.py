@@ -29,6 +29,8 @@ from flaxen.nnx import filterlib
 from flaxen.nnx.module import Module
 from flaxen.nnx.nn._common import data
 from flaxen.nnx.rnglib import Rngs, RngStream
+from flaxen.nnx.transforms._axes import StateAxes
+from flaxen.nnx.transforms._axis_loop import Carry as _CarryAxis
 
 Array = jax.Array
 Carry = tp.Any
@@ -129,6 +131,11 @@ def _carry_rngs(layer: str, rngs: tp.Any) -> tp.Any:
     )
 
 
+def _carries_all(state_axes: tp.Mapping) -> bool:
+    """Whether ``state_axes`` sends every Variable of the cell to the scan's carry."""
+    return [(f, a) for f, a in state_axes.items()] == [(..., _CarryAxis)]
+
+
 class RNN(Module):
     """Runs ``cell`` over the time axis of ``inputs`` (axis ``-(num_feature_axes + 1)``, or
     0 when ``time_major``); returns the outputs (``(carry, outputs)`` with
@@ -156,15 +163,16 @@ class RNN(Module):
         self.reverse = reverse
         self.keep_order = keep_order
         self.unroll = unroll
-        if state_axes is not None:
-            raise NotImplementedError(
-                "nnx.RNN(state_axes=...) is not supported by flaxen: the whole cell state is "
-                "carried through the scan; use broadcast_rngs for streams that must not "
-                "advance per step."
-            )
-        self.state_axes = state_axes
-        self.broadcast_rngs = broadcast_rngs
         self.rngs = _carry_rngs("RNN", rngs)
+        # Flax stores the default as the StateAxes its scan uses: the whole cell is carried
+        if state_axes and not _carries_all(state_axes):
+            raise NotImplementedError(
+                f"nnx.RNN(state_axes={state_axes!r}) is not supported by flaxen: the whole "
+                "cell state is carried through the scan (state_axes={...: nnx.Carry}); use "
+                "broadcast_rngs for streams that must not advance per step."
+            )
+        self.state_axes = state_axes or StateAxes({...: _CarryAxis})
+        self.broadcast_rngs = broadcast_rngs
 
     def __call__(
         self,

@@ -244,7 +244,6 @@ class MultiHeadAttention(Module):
                 f"MultiHeadAttention: Memory dimension ({self.qkv_features}) must be divisible "
                 f"by 'num_heads' heads ({num_heads}); pick qkv_features as a multiple of it."
             )
-        self.head_dim = self.qkv_features // num_heads
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.broadcast_dropout = broadcast_dropout
@@ -262,6 +261,8 @@ class MultiHeadAttention(Module):
         self.out_dot_general = out_dot_general
         self.qkv_dot_general_cls = qkv_dot_general_cls
         self.out_dot_general_cls = out_dot_general_cls
+        # after the settings, as Flax orders them (repr / treescope list this order)
+        self.head_dim = self.qkv_features // num_heads
         proj = functools.partial(
             LinearGeneral, dtype=dtype, param_dtype=param_dtype, kernel_init=kernel_init,
             bias_init=bias_init, use_bias=use_bias, precision=precision,

@@ -96,13 +96,14 @@ class Conv(Module):
         kernel_metadata: tp.Mapping[str, tp.Any] = _NO_META,
         bias_metadata: tp.Mapping[str, tp.Any] = _NO_META,
     ) -> None:
-        self.kernel_size = _kernel_size(kernel_size)
+        # attribute order is Flax's (repr and treescope list them in this order)
+        kernel_size = _kernel_size(kernel_size)
         if in_features % feature_group_count:
             raise ValueError(
                 f"Conv: in_features ({in_features}) must be divisible by feature_group_count "
                 f"({feature_group_count}): each group convolves in_features // groups channels."
             )
-        self.kernel_shape = (*self.kernel_size, in_features // feature_group_count, out_features)
+        self.kernel_shape = (*kernel_size, in_features // feature_group_count, out_features)
         self.kernel = new_param(
             "Conv", "kernel", kernel_init, rngs, self.kernel_shape, param_dtype, kernel_metadata
         )
@@ -112,6 +113,7 @@ class Conv(Module):
         )
         self.in_features = in_features
         self.out_features = out_features
+        self.kernel_size = kernel_size
         self.strides = strides
         self.padding = padding
         self.input_dilation = input_dilation
@@ -214,19 +216,8 @@ class ConvTranspose(Module):
         kernel_metadata: tp.Mapping[str, tp.Any] = _NO_META,
         bias_metadata: tp.Mapping[str, tp.Any] = _NO_META,
     ) -> None:
+        # attribute order is Flax's: the settings first, then the kernel shape and Params
         self.kernel_size = _kernel_size(kernel_size)
-        if transpose_kernel:
-            self.kernel_shape = (*self.kernel_size, out_features, in_features)
-        else:
-            self.kernel_shape = (*self.kernel_size, in_features, out_features)
-        self.kernel = new_param(
-            "ConvTranspose", "kernel", kernel_init, rngs, self.kernel_shape, param_dtype,
-            kernel_metadata,
-        )
-        self.bias = new_param(
-            "ConvTranspose", "bias", bias_init, rngs, (out_features,), param_dtype,
-            bias_metadata, use=use_bias,
-        )
         self.in_features = in_features
         self.out_features = out_features
         self.strides = strides
@@ -240,6 +231,18 @@ class ConvTranspose(Module):
         self.transpose_kernel = transpose_kernel
         self.promote_dtype = promote_dtype
         self.preferred_element_type = preferred_element_type
+        if transpose_kernel:
+            self.kernel_shape = (*self.kernel_size, out_features, in_features)
+        else:
+            self.kernel_shape = (*self.kernel_size, in_features, out_features)
+        self.kernel = new_param(
+            "ConvTranspose", "kernel", kernel_init, rngs, self.kernel_shape, param_dtype,
+            kernel_metadata,
+        )
+        self.bias = new_param(
+            "ConvTranspose", "bias", bias_init, rngs, (out_features,), param_dtype,
+            bias_metadata, use=use_bias,
+        )
 
     def __call__(self, inputs: Array) -> Array:
         """Applies the transposed convolution to ``(*batch_dims, *spatial, features)``."""

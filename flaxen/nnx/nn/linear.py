@@ -299,16 +299,16 @@ class Einsum(Module):
         bias_metadata: tp.Mapping[str, tp.Any] = _NO_META,
     ) -> None:
         einsum_str = check_einsum_str(einsum_str)
-        kernel_shape = _canon(kernel_shape)
         self.kernel = new_param(
-            "Einsum", "kernel", kernel_init, rngs, kernel_shape, param_dtype, kernel_metadata
+            "Einsum", "kernel", kernel_init, rngs, _canon(kernel_shape), param_dtype,
+            kernel_metadata,
         )
-        if bias_shape is not None:
-            bias_shape = _canon(bias_shape)
         self.bias = new_param(
-            "Einsum", "bias", bias_init, rngs, bias_shape, param_dtype, bias_metadata,
+            "Einsum", "bias", bias_init, rngs,
+            _canon(bias_shape) if bias_shape is not None else None, param_dtype, bias_metadata,
             use=bias_shape is not None,
         )
+        # the shapes are kept as given (a list stays a list), as Flax keeps them
         self.einsum_str = einsum_str
         self.kernel_shape = kernel_shape
         self.bias_shape = bias_shape
@@ -374,7 +374,8 @@ class Embed(Module):
         )
         self.num_embeddings = num_embeddings
         self.features = features
-        self.dtype = dtype or param_dtype
+        # the table's own dtype (a numpy dtype, as Flax stores it), not param_dtype
+        self.dtype = dtype or self.embedding.value.dtype
         self.param_dtype = param_dtype
         self.promote_dtype = promote_dtype
 

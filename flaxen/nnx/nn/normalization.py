@@ -65,14 +65,13 @@ _NOT_KEPT = frozenset(
 )
 
 
-def _setup(layer: Module, name: str, args: dict[str, tp.Any], **kept: tp.Any) -> None:
+def _setup(layer: Module, name: str, args: dict[str, tp.Any]) -> None:
     """Creates ``scale`` then ``bias`` (Flax's key order) of shape ``(num_features,)`` and
     keeps the other constructor arguments as attributes, in signature order.
 
     ``args`` is ``dict(locals())`` taken first thing in the layer's ``__init__`` (its
-    parameters); ``kept`` replaces the values kept for some of them. A parameter turned off
-    (``use_scale``/``use_bias`` false) is ``None`` data; a layer without a ``use_bias``
-    argument gets no ``bias`` attribute.
+    parameters). A parameter turned off (``use_scale``/``use_bias`` false) is ``None`` data;
+    a layer without a ``use_bias`` argument gets no ``bias`` attribute.
     """
     shape = (args["num_features"],)
     for param in ("scale", "bias"):
@@ -83,7 +82,7 @@ def _setup(layer: Module, name: str, args: dict[str, tp.Any], **kept: tp.Any) ->
             ))
     for arg, value in args.items():
         if arg not in _NOT_KEPT:
-            setattr(layer, arg, kept.get(arg, value))
+            setattr(layer, arg, value)
 
 
 def _stats(layer: tp.Any, x: Array, axes: tp.Any, mask: Array | None, **kw: tp.Any
@@ -299,7 +298,8 @@ class GroupNorm(Module):
         bias_metadata: tp.Mapping[str, tp.Any] = _NO_META,
         scale_metadata: tp.Mapping[str, tp.Any] = _NO_META,
     ) -> None:
-        args = dict(locals())
+        # Flax's attributes, in Flax's order: no num_features (the Params' shape holds it)
+        self.feature_axis = -1
         if (num_groups is None) == (group_size is None):
             raise ValueError(
                 "Either `num_groups` or `group_size` should be specified. GroupNorm got "
@@ -319,7 +319,27 @@ class GroupNorm(Module):
                 f"Number of groups ({n_groups}) does not divide the number of features "
                 f"({num_features}). Choose num_groups among the divisors of {num_features}."
             )
-        _setup(self, "GroupNorm", args, num_groups=n_groups, group_size=num_features // n_groups)
+        self.num_groups = n_groups
+        self.group_size = num_features // n_groups
+        shape = (num_features,)
+        self.scale = new_param(
+            "GroupNorm", "scale", scale_init, rngs, shape, param_dtype, scale_metadata,
+            use=use_scale,
+        )
+        self.bias = new_param(
+            "GroupNorm", "bias", bias_init, rngs, shape, param_dtype, bias_metadata,
+            use=use_bias,
+        )
+        self.epsilon = epsilon
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.use_bias = use_bias
+        self.use_scale = use_scale
+        self.reduction_axes = reduction_axes
+        self.axis_name = axis_name
+        self.axis_index_groups = axis_index_groups
+        self.use_fast_variance = use_fast_variance
+        self.promote_dtype = promote_dtype
 
     def __call__(self, x: Array, *, mask: Array | None = None) -> Array:
         """Normalizes ``x`` of shape ``(batch, ..., num_features)``."""

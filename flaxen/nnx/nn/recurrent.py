@@ -165,6 +165,8 @@ class _GatedCellBase(RNNCellBase):
                      carry_init, promote_dtype, keep_rngs, rngs)
         self._build(rngs, (kernel_init, kernel_metadata),
                     (recurrent_kernel_init, recurrent_kernel_metadata), (bias_init, bias_metadata))
+        # after the projections, as Flax orders the attributes (repr / treescope)
+        self.carry_init = carry_init
 
     def _common(self, in_features, hidden_features, gate_fn, activation_fn, dtype,
                 param_dtype, carry_init, promote_dtype, keep_rngs, rngs) -> None:
@@ -177,7 +179,6 @@ class _GatedCellBase(RNNCellBase):
         self.promote_dtype = promote_dtype
         self.rngs = _keep_stream(type(self).__name__, keep_rngs, rngs)
         _warn_carry_init(type(self).__name__, carry_init)
-        self.carry_init = carry_init
 
     def _build(self, rngs: Rngs, kernel: tuple, recurrent: tuple, bias: tuple) -> None:
         """Creates the ``Linear`` submodules from ``(init, metadata)`` pairs, in key order."""

@@ -30,6 +30,7 @@ from flaxen.layer_math.dtypes import canonicalize_dtype
 from flaxen.layer_math.normalization import canonicalize_axes
 from flaxen.nnx import filterlib
 from flaxen.nnx.module import Module
+from flaxen.nnx.nn import dtypes
 from flaxen.nnx.nn._common import data
 from flaxen.nnx.rnglib import Rngs
 from flaxen.nnx.variablelib import BatchStat, Param
@@ -50,15 +51,31 @@ def _params(layer: tp.Any) -> list[tuple[tuple, Param]]:
     return [(path, v) for path, v in iter_graph(layer) if isinstance(v, Param)]
 
 
+def _init_scale(scale_init: Initializer, rngs: Rngs, shape: tuple) -> Array:
+    # Flax hands the init the params stream itself and draws no key (the stream's count, so
+    # every later parameter of the same Rngs, stays as in Flax)
+    try:
+        return scale_init(rngs["params"], shape)  # type: ignore[arg-type]  # Flax's call
+    except TypeError as e:
+        raise TypeError(
+            f"WeightNorm: scale_init {scale_init!r} failed on the 'params' RngStream: as in "
+            "Flax, WeightNorm passes it the stream, not a key, so it must not draw random "
+            "numbers. Use a deterministic init such as nnx.initializers.ones or constant(c), "
+            "or set wn.scales[path] yourself after construction."
+        ) from e
+
+
 class WeightNorm(Module):
     """Rewrites selected weights of ``layer_instance`` in place as ``scale * w / ||w||``,
     then runs it.
 
     The norm is over every axis except ``feature_axes`` (``None``: all axes, scalar scale).
     ``variable_filter`` (an NNX filter, default ``PathContains('kernel')``) picks the
-    weights; their learned scales are ``scales[path]`` (Params, initialised by
-    ``scale_init`` in float32, as Flax does). As in Flax the normalised value stays in the
-    wrapped layer's Param after the call.
+    weights; their scales are ``scales[path]``: plain arrays in a data dict, as Flax keeps
+    them (not Params: ``nnx.state(wn, nnx.Param)`` leaves them out), made by
+    ``scale_init(rngs['params'], shape)``, which gets the stream, not a key, as in Flax (so
+    a deterministic init such as ``ones`` / ``constant`` is needed and no key is drawn). As
+    in Flax the normalised value stays in the wrapped layer's Param after the call.
 
     >>> import jax.numpy as jnp
     >>> from flaxen import nnx
@@ -79,12 +96,13 @@ class WeightNorm(Module):
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
         variable_filter: filterlib.Filter = filterlib.PathContains("kernel"),  # noqa: B008
-        promote_dtype: tp.Callable[..., tp.Any] | None = None,
+        promote_dtype: tp.Callable[..., tp.Any] = dtypes.promote_dtype,
         rngs: Rngs,
     ) -> None:
         self.layer_instance: tp.Any = layer_instance  # any callable Module
         self.feature_axes = () if feature_axes is None else feature_axes
         self.use_scale = use_scale
+        self.scale_init = scale_init
         self.epsilon = epsilon
         self.dtype = dtype
         self.param_dtype = param_dtype
@@ -96,8 +114,8 @@ class WeightNorm(Module):
                 if self.variable_filter(path, param):
                     axes = canonicalize_axes(param.value.ndim, self.feature_axes)
                     shape = tuple(param.value.shape[ax] for ax in axes)
-                    scales[path] = Param(scale_init(rngs.params(), shape))
-        self.scales = data(scales)
+                    scales[path] = _init_scale(scale_init, rngs, shape)
+        self.scales: dict | None = data(scales) if use_scale else None
 
     def _normalized(self, path: tuple, param: Param) -> Array:
         value = param.value
@@ -105,14 +123,14 @@ class WeightNorm(Module):
         reduction = tuple(i for i in range(value.ndim) if i not in axes)
         value_bar = _l2_normalize(value, axis=reduction, eps=self.epsilon)
         args = [value]
-        if self.use_scale:
+        if self.use_scale and self.scales is not None:
             if path not in self.scales:
                 raise RuntimeError(
                     f"WeightNorm: no scale for the weight at {path}: the wrapped layer's "
                     "parameters changed after WeightNorm was built. Build a new WeightNorm "
                     "around the layer."
                 )
-            scale = self.scales[path].value
+            scale = self.scales[path]
             broadcast = [1] * value.ndim
             for ax in axes:
                 broadcast[ax] = value.shape[ax]

@@ -53,7 +53,7 @@ class Dropout(Module):
         rngs: Rngs | RngStream | None = None,
     ) -> None:
         self.rate = rate
-        self.broadcast_dims = tuple(broadcast_dims)
+        self.broadcast_dims = broadcast_dims  # as given, as Flax keeps it
         self.deterministic = deterministic
         self.rng_collection = rng_collection
         # RngStream.fork explicitly: the 0.8.3 face's stream subclass forks into keys
