@@ -232,6 +232,29 @@ _ACTIVATIONS = (
 globals().update({name: getattr(_activations, name) for name in _ACTIVATIONS})
 
 
+# Each class carries the module path Flax 0.12.8 gives it (where it is re-exported), so reprs,
+# treescope and pickles name e.g. flaxen.nnx.transforms.iteration.StateAxes as Flax does;
+# the code itself lives in flaxen's private files.
+def _set_public_homes() -> None:
+    homes = {
+        "flaxen.nnx.transforms.iteration": (StateAxes, Carry),
+        "flaxen.nnx.nn.linear": (Conv, ConvTranspose),
+        "flaxen.nnx.nn.recurrent": (RNN, Bidirectional),
+        "flaxen.nnx.nn.normalization": (SpectralNorm, WeightNorm),
+        "flaxen.nnx.helpers": (Dict, List, Sequential),
+        "flaxen.nnx.graphlib": (GraphState, MergeContext, SplitContext, UpdateContext,
+                                set_graph_mode, set_graph_updates),
+        "flaxen.nnx.extract": (NodeStates,),
+        "flaxen.nnx.variablelib": (use_eager_sharding,),
+    }
+    for module_name, classes in homes.items():
+        for cls in classes:
+            cls.__module__ = module_name
+
+
+_set_public_homes()
+
+
 _LAZY = {
     # loaded on first use: TrainState needs flaxen.struct, the interop modules flaxen.linen
     "TrainState": ("flaxen.nnx.training.train_state", "TrainState"),

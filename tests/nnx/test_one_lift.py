@@ -329,3 +329,18 @@ def test_prefix_mapping_is_an_abc_with_map_prefix():
     for obj, expected in ((axes, 0), (diff, True), (sharding, "p")):
         assert isinstance(obj, extract.PrefixMapping)
         assert obj.map_prefix(("w",), p) == expected
+
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_eval_shape_functional_modes_refuse_a_variable_passed_twice(graph):
+    v = nnx.Param(jnp.array(1.0))
+    with pytest.raises(ValueError, match="Duplicate"):
+        nnx.eval_shape(lambda a, b: None, v, v, graph=graph, graph_updates=False)
+
+
+def test_state_sharding_of_a_state_matches_by_exact_path():
+    spec = nnx.State({"kernel": "k", "bias": "b"})
+    s = nnx.StateSharding(spec)
+    m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    assert s.map_prefix(("kernel",), m.kernel) == "k"
+    assert s.map_prefix(("bias",), m.bias) == "b"

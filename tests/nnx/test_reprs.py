@@ -311,3 +311,21 @@ def test_display_in_a_notebook_uses_treescope(monkeypatch, capsys):
     monkeypatch.delitem(sys.modules, "IPython")
     nnx.display(layer)  # outside a notebook: printed
     assert capsys.readouterr().out == "Param(\n  value=1.0\n)\n"
+
+
+def test_classes_carry_flax_public_module_paths_and_pickle_through_them():
+    import importlib
+    import pickle
+
+    pairs = {nnx.StateAxes: "flaxen.nnx.transforms.iteration", nnx.Carry:
+             "flaxen.nnx.transforms.iteration", nnx.Conv: "flaxen.nnx.nn.linear",
+             nnx.RNN: "flaxen.nnx.nn.recurrent", nnx.WeightNorm: "flaxen.nnx.nn.normalization",
+             nnx.List: "flaxen.nnx.helpers", nnx.TrainState: "flaxen.nnx.helpers",
+             nnx.GraphState: "flaxen.nnx.graphlib", nnx.NodeStates: "flaxen.nnx.extract",
+             nnx.use_eager_sharding: "flaxen.nnx.variablelib"}
+    for cls, home in pairs.items():
+        assert cls.__module__ == home, cls
+        assert getattr(importlib.import_module(home), cls.__qualname__) is cls
+    axes = nnx.StateAxes({nnx.Param: 0, ...: None})
+    assert "StateAxes" in repr(axes)
+    assert pickle.loads(pickle.dumps(nnx.List)) is nnx.List

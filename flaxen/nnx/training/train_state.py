@@ -100,6 +100,8 @@ class TrainState(tp.Generic[M], struct.PyTreeNode):
         return self.replace(params=params, opt_state=opt_state, step=self.step + 1, **kwargs)
 
 
+TrainState.__module__ = "flaxen.nnx.helpers"  # its public path, as Flax 0.12.8 names it
+
 def _key(k: tp.Any) -> str:
     for attr in ("key", "idx", "name"):
         if hasattr(k, attr):

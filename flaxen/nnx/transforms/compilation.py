@@ -33,7 +33,7 @@ import jax
 from flaxen import traceback_util
 from flaxen.errors import NNXTransformError
 from flaxen.nnx import _lift, filterlib
-from flaxen.nnx.transforms import _functional, _graph_jit
+from flaxen.nnx.transforms import _axes, _functional, _graph_jit
 from flaxen.nnx.transforms._callable_types import (
     JitFn,
     ShardMapFn,
@@ -84,8 +84,13 @@ class StateSharding(PrefixMapping):
 
     def __init__(self, filter_sharding: tp.Mapping[filterlib.Filter, tp.Any] | tp.Iterable
                  ) -> None:
-        items = tuple(filter_sharding.items() if isinstance(filter_sharding, tp.Mapping)
-                      else filter_sharding)
+        if isinstance(filter_sharding, tp.Mapping) and _axes._is_state_like(filter_sharding):
+            # a State of shardings: one exact-path filter per leaf (its keys are paths, not
+            # filters: a string key must not be read as a tag)
+            items = tuple((_axes._PathIs(p), s) for p, s in _axes._flat_paths(filter_sharding))
+        else:
+            items = tuple(filter_sharding.items() if isinstance(filter_sharding, tp.Mapping)
+                          else filter_sharding)
         self._filters = tuple(f for f, _ in items)
         self._shardings = tuple(s for _, s in items)
         self._preds = tuple(filterlib.to_predicate(f) for f in self._filters)

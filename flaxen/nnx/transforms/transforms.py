@@ -71,7 +71,7 @@ def eval_shape(f: tp.Callable[..., tp.Any], *args: tp.Any, graph: bool | None = 
     resolve_bound(f, "eval_shape")
     graph, graph_updates = resolve_modes(graph, graph_updates)
     lift = _lift.Lift(args, kwargs)
-    if not graph:
+    if not (graph and graph_updates):  # both functional modes: each input object once
         _functional.check_no_shared(lift.static, "eval_shape")
     inner = lift.pure(f, functional=None if graph and graph_updates else "eval_shape")
 
