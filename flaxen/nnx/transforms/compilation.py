@@ -87,7 +87,8 @@ class StateSharding(PrefixMapping):
         if isinstance(filter_sharding, tp.Mapping) and _axes._is_state_like(filter_sharding):
             # a State of shardings: one exact-path filter per leaf (its keys are paths, not
             # filters: a string key must not be read as a tag)
-            items = tuple((_axes._PathIs(p), s) for p, s in _axes._flat_paths(filter_sharding))
+            items: tuple = tuple(
+                (_axes._PathIs(p), s) for p, s in _axes._flat_paths(filter_sharding))
         else:
             items = tuple(filter_sharding.items() if isinstance(filter_sharding, tp.Mapping)
                           else filter_sharding)
