@@ -1,6 +1,6 @@
 """Lifted ``vmap`` and ``scan``: mapping and looping over functions of Scopes.
 
-Both are built on :func:`flaxen.core._pack.pack`; public through ``flaxen.core.lift``.
+Both are built on :func:`flaxen.core._packing.pack`; public through ``flaxen.core.lift``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from flaxen.core._filters import (
     is_filter_empty,
     subtract_filters,
 )
-from flaxen.core._pack import _split_in_out_axes, _unzip, pack, tree_map_rngs
+from flaxen.core._packing import _split_in_out_axes, _unzip, pack, tree_map_rngs
 from flaxen.core._rng import LazyRng
 from flaxen.core.axes_scan import broadcast
 from flaxen.core.scope import Scope

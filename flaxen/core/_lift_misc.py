@@ -1,6 +1,6 @@
 """Lifted jit, remat, autodiff, control flow and variable mapping over Scopes.
 
-Each is a short function on :func:`flaxen.core._pack.pack`; public via ``flaxen.core.lift``.
+Each is a short function on :func:`flaxen.core._packing.pack`; public via ``flaxen.core.lift``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from flaxen.core._filters import (
     union_filters,
 )
 from flaxen.core._lift_maps import scan
-from flaxen.core._pack import _squeeze_scopes, _unsqueeze_scopes, pack, tree_map_rngs
+from flaxen.core._packing import _squeeze_scopes, _unsqueeze_scopes, pack, tree_map_rngs
 from flaxen.core._rng import LazyRng
 from flaxen.core.scope import Scope
 

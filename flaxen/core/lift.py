@@ -1,6 +1,6 @@
 """Lifted transformations: JAX transforms that work on functions of Scopes.
 
-Everything here is built on :func:`pack` (stages described in ``flaxen.core._pack``):
+Everything here is built on :func:`pack` (stages described in ``flaxen.core._packing``):
 ``vmap``, ``scan``, ``jit``, ``checkpoint``/``remat``, ``remat_scan``, ``vjp``, ``jvp``,
 ``value_and_grad``/``grad``, ``custom_vjp``, ``while_loop``, ``cond``, ``switch``,
 ``map_variables``/``transform``, ``fold_rngs``, ``named_call``, ``swap_collection``.
@@ -53,7 +53,7 @@ from flaxen.core._lift_misc import (
     vjp,
     while_loop,
 )
-from flaxen.core._pack import In, Out, _split_in_out_axes, pack, tree_map_rngs
+from flaxen.core._packing import In, Out, _split_in_out_axes, pack, tree_map_rngs
 from flaxen.core._rng import LazyRng
 from flaxen.core.axes_scan import broadcast
 from flaxen.core.scope import Scope

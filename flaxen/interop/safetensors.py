@@ -36,7 +36,7 @@ except ImportError as _err:  # pragma: no cover - exercised only without safeten
     ) from _err
 
 from flaxen.errors import TorchConversionError
-from flaxen.interop import _convert
+from flaxen.interop import _conversion
 from flaxen.interop._target import read_target, write_target
 
 __all__ = ["load_file", "save_file"]
@@ -151,4 +151,4 @@ def load_file(filename: str, target: Any = None, *, rules: Mapping[str, Any] | N
             raise TorchConversionError([f'"{filename}": {p}' for p in problems])
         return write_target(t, filled)
     with _naming(filename, "load"):
-        return _convert.convert(arrays, target, rules)
+        return _conversion.convert(arrays, target, rules)

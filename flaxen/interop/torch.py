@@ -38,9 +38,9 @@ except ImportError as _err:  # pragma: no cover - exercised only without torch
 
 import numpy as np
 
-from flaxen.interop import _convert
-from flaxen.interop._verify import VerifyReport
-from flaxen.interop._verify import verify as _verify
+from flaxen.interop import _conversion
+from flaxen.interop._verification import VerifyReport
+from flaxen.interop._verification import verify as _verify
 
 __all__ = ["VerifyReport", "channels_first_flatten", "convert", "lstm_carry", "verify"]
 
@@ -81,7 +81,7 @@ def convert(state_dict: Any, target: Any, *, rules: Rules | None = None) -> Any:
     >>> sorted(convert(bn.state_dict(), v))
     ['batch_stats', 'params']
     """
-    return _convert.convert(state_dict, target, rules)
+    return _conversion.convert(state_dict, target, rules)
 
 
 def verify(torch_module: Any, flaxen_module: Any, variables: Any, inputs: Any,

@@ -36,7 +36,7 @@ import jax
 from flaxen.errors import InvalidNNXValueError, TraceContextError
 from flaxen.nnx import _trace, _treescope
 from flaxen.nnx import reprlib as _reprlib
-from flaxen.nnx._var_defaults import (
+from flaxen.nnx._creation_defaults import (
     VARIABLE_CONTEXT,
     VarDefaults,
     VarDefaultsContext,
@@ -45,7 +45,7 @@ from flaxen.nnx._var_defaults import (
     using_eager_sharding,
     var_defaults,
 )
-from flaxen.nnx._var_defaults import _current as _default_mode
+from flaxen.nnx._creation_defaults import _current as _default_mode
 from flaxen.nnx._variable_ops import ArrayOps
 from flaxen.nnx._variable_state import (
     VariableState,

@@ -107,14 +107,14 @@ def test_nnx_attention_and_embedding():
 
 
 def test_layout_on_the_device_gives_the_same_arrays(monkeypatch):
-    from flaxen.interop import _convert
+    from flaxen.interop import _conversion
 
     seed(6)
     t = m.TorchResNet()
     x = np.ones((1, 8, 8, 3), np.float32)
     target = jax.eval_shape(m.ResNet().init, KEY, x)
     host = fxt.convert(t, target)
-    monkeypatch.setattr(_convert, "DEVICE_LAYOUT", True)  # what a GPU backend does
+    monkeypatch.setattr(_conversion, "DEVICE_LAYOUT", True)  # what a GPU backend does
     device = fxt.convert(t, target)
     jax.tree_util.tree_map(np.testing.assert_array_equal, host, device)
     bias = np.array(host["params"]["Dense_0"]["bias"])

@@ -56,7 +56,7 @@ def test_variable_context_holds_the_stacks():
         assert ctx.eager_shard_stack[-1] is False
 
 
-def test_var_defaults_context_keywords():
+def test_creation_defaults_context_keywords():
     ctx = variablelib.VarDefaultsContext(hijax_prev=None, hijax_new=None, ref_prev=None,
                                          ref_new=None)
     with ctx:

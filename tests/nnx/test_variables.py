@@ -107,7 +107,7 @@ def test_set_metadata_on_a_module_with_a_filter():
 # -- var_defaults, ref mode, with_vars ------------------------------------------------------
 
 
-def test_var_defaults_context_decorator_and_mapping():
+def test_creation_defaults_context_decorator_and_mapping():
     assert dict(nnx.var_defaults()) == {"hijax": False, "ref": False}
     with nnx.var_defaults(ref=True):
         assert nnx.Variable(1.0).ref

@@ -26,7 +26,7 @@ from flaxen.experimental.nnx import filterlib as filterlib  # 0.8.3's string fil
 from flaxen.experimental.nnx import graph as graph
 from flaxen.nnx import rnglib as rnglib
 from flaxen.experimental.nnx import _spmd as spmd
-from flaxen.experimental.nnx._vmap_scan import Jit, Remat, Scan, Vmap, scan, vmap
+from flaxen.experimental.nnx._axis_transforms import Jit, Remat, Scan, Vmap, scan, vmap
 from flaxen.nnx.errors import TraceContextError
 from flaxen.nnx.filterlib import Everything, Nothing, OfType, PathContains, WithTag
 from flaxen.experimental.nnx.filterlib import All, Any, Not  # strings by 0.8.3's rule

@@ -1,6 +1,6 @@
 """Flax 0.8.3's NNX transforms: ``jit``, ``grad``, ``value_and_grad``, ``remat``,
 ``eval_shape`` (``vmap``/``scan`` and the module-wrapping ``Vmap``/``Scan``/``Remat``/``Jit``
-are in :mod:`flaxen.experimental.nnx._vmap_scan`).
+are in :mod:`flaxen.experimental.nnx._axis_transforms`).
 
 Each is a short function on the lifting primitive of :mod:`flaxen.nnx._lift`: graph nodes
 (Modules, Rngs, ...) may appear anywhere in the arguments, their state goes through the JAX

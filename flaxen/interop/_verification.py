@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from flaxen.interop._convert import plan
+from flaxen.interop._conversion import plan
 from flaxen.interop._torch_units import to_numpy
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from flaxen.errors import TorchConversionError
 from flaxen.interop import _rules
-from flaxen.interop._place import place
+from flaxen.interop._placement import place
 from flaxen.interop._target import Target, TargetLeaf, TargetUnit, read_target
 from flaxen.interop._torch_units import TorchUnit, normalize, read_source, shape_of, to_numpy
 
