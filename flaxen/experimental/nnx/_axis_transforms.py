@@ -31,6 +31,7 @@ from flaxen.nnx import _lift, filterlib
 from flaxen.nnx._graphdef import var_def_paths
 from flaxen.nnx.module import Module
 from flaxen.nnx.rnglib import RngKey, RngState
+from flaxen.nnx.transforms._mapped import DefView
 from flaxen.nnx.variablelib import Variable
 
 PARTITION_NAME = "partition_name"
@@ -247,27 +248,10 @@ def _settle_outputs(lift: _lift.Lift, plan: list, values: list, new_values: list
             fixed.append(_from_axis0(x, a if kind == "axis" else None))
             new_axes.append(None)
             continue
-        ax = 0 if issubclass(d.type, RngState) else _state_axis(path, _DefView(d), items)
+        ax = 0 if issubclass(d.type, RngState) else _state_axis(path, DefView(d), items)
         fixed.append(_from_axis0(x, ax))
         new_axes.append(ax)
     return fixed, new_axes
-
-
-class _DefView:
-    """Lets filters match a VariableDef like the Variable it stands for."""
-
-    __slots__ = ("type", "_d")
-    _stands_for_type = True
-
-    def __init__(self, d: tp.Any) -> None:
-        self.type = d.type
-        self._d = d
-
-    def __getattr__(self, name: str) -> tp.Any:
-        meta = dict(self._d.metadata)
-        if name in meta:
-            return meta[name]
-        raise AttributeError(name)
 
 
 def _mark_new(lift: _lift.Lift, new_axes: list, transform_metadata: tp.Mapping) -> None:
@@ -420,7 +404,7 @@ def scan(
         items = _axes_items(state_axes)
         new_axes: list = [None] * n_in
         for v, (path, d) in zip(extra_out, lift.out.var_paths[n_in:]):  # type: ignore[union-attr]
-            ax = 0 if issubclass(d.type, RngState) else _state_axis(path, _DefView(d), items)
+            ax = 0 if issubclass(d.type, RngState) else _state_axis(path, DefView(d), items)
             final.append(_from_axis0(v, ax))
             new_axes.append(ax)
         ys = lift.finish(lift.out, final, out_leaves)  # type: ignore[arg-type]  # set by pure
