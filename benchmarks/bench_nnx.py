@@ -24,6 +24,19 @@ from benchmarks._harness import Result, compare, have_flax
 SUITE = "nnx"
 
 
+def _mlp(nnx, din: int, dh: int, dout: int):
+    """A two-layer MLP class for the given ``nnx`` namespace (flaxen's or flax's)."""
+    class MLP(nnx.Module):
+        def __init__(self, rngs):
+            self.l1 = nnx.Linear(din, dh, rngs=rngs)
+            self.l2 = nnx.Linear(dh, dout, rngs=rngs)
+
+        def __call__(self, x):
+            return self.l2(jax.nn.relu(self.l1(x)))
+
+    return MLP
+
+
 def _mlp_case(quick: bool, today: bool = False, graph_updates: bool = True) -> Result:
     if today:  # today's flax.nnx API (Optimizer(wrt=), update(model, grads))
         from flaxen import nnx
@@ -35,13 +48,7 @@ def _mlp_case(quick: bool, today: bool = False, graph_updates: bool = True) -> R
     y = jnp.zeros((batch, dout))
     tx = optax.adam(1e-3)
 
-    class MLP(nnx.Module):
-        def __init__(self, rngs):
-            self.l1 = nnx.Linear(din, dh, rngs=rngs)
-            self.l2 = nnx.Linear(dh, dout, rngs=rngs)
-
-        def __call__(self, x):
-            return self.l2(jax.nn.relu(self.l1(x)))
+    MLP = _mlp(nnx, din, dh, dout)
 
     model = MLP(nnx.Rngs(0))
     if today:
@@ -72,15 +79,7 @@ def _mlp_case(quick: bool, today: bool = False, graph_updates: bool = True) -> R
     if have_flax():
         from flax import nnx as fnnx
 
-        class FMLP(fnnx.Module):
-            def __init__(self, rngs):
-                self.l1 = fnnx.Linear(din, dh, rngs=rngs)
-                self.l2 = fnnx.Linear(dh, dout, rngs=rngs)
-
-            def __call__(self, x):
-                return self.l2(jax.nn.relu(self.l1(x)))
-
-        fmodel = FMLP(fnnx.Rngs(0))
+        fmodel = _mlp(fnnx, din, dh, dout)(fnnx.Rngs(0))
         fopt = fnnx.Optimizer(fmodel, tx, wrt=fnnx.Param)
 
         @fnnx.jit(graph_updates=graph_updates)
@@ -137,13 +136,7 @@ def _jit_modes_case(quick: bool) -> Result:
     y = jnp.zeros((batch, dout))
     tx = optax.adam(1e-3)
 
-    class MLP(nnx.Module):
-        def __init__(self, rngs):
-            self.l1 = nnx.Linear(din, dh, rngs=rngs)
-            self.l2 = nnx.Linear(dh, dout, rngs=rngs)
-
-        def __call__(self, x):
-            return self.l2(jax.nn.relu(self.l1(x)))
+    MLP = _mlp(nnx, din, dh, dout)
 
     def make(graph_updates: bool):
         def step(model, opt, x, y):

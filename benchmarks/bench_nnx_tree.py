@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import optax
 
 from benchmarks._harness import Result, compare, have_flax
+from benchmarks.bench_nnx import _mlp
 
 SUITE = "nnx-tree"
 _N, _WIDTH = 100, 4
@@ -97,18 +98,6 @@ def _merge(quick: bool) -> Result:
     impls["jax"] = lambda: treedef.unflatten(leaves)
     return compare(SUITE, f"merge (graph) {_N} layers", impls, rounds=5 if quick else 9,
                    note="jax = pytree unflatten")
-
-
-def _mlp(nnx, din: int, dh: int, dout: int):
-    class MLP(nnx.Module):
-        def __init__(self, rngs):
-            self.l1 = nnx.Linear(din, dh, rngs=rngs)
-            self.l2 = nnx.Linear(dh, dout, rngs=rngs)
-
-        def __call__(self, x):
-            return self.l2(jax.nn.relu(self.l1(x)))
-
-    return MLP
 
 
 def _jax_step(din: int, dh: int, dout: int, tx, x, y):
