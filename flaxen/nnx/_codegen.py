@@ -32,7 +32,7 @@ from flaxen.nnx._graphdef import (
     count_defs,
     var_def_paths,
 )
-from flaxen.nnx.statelib import State
+from flaxen.nnx.statelib import _EDITS, State
 from flaxen.nnx.variablelib import Variable, VariableState
 
 MISS = object()
@@ -137,6 +137,7 @@ _COMMON_ENV = {
     "_repeat": itertools.repeat,
     "_call": operator.call,
     "_dcopy": dict.copy,
+    "_edits": _EDITS,
     # runs an iterator of side effects to its end in C, keeping nothing
     "_drain": collections.deque(maxlen=0).extend,
 }
@@ -170,7 +171,11 @@ def make_states_fn(defs: tuple, variables: bool = False) -> tp.Callable[[list], 
         ln.append(f"{name} = _new(_S); _osa({name}, '_mapping', {{{', '.join(items)}}})")
         return name
 
-    ln.append(f"return {emit(trie or {})}")
+    root = emit(trie or {})
+    # the leaves in this definition's order, for a merge/update of this same State
+    # (statelib.remember_leaves, inlined)
+    ln.append(f"_osa({root}, '_nnx_leaves', (_edits[0], {src.const(defs)}, _tuple(vs)))")
+    ln.append(f"return {root}")
     return src.compile("states_from_vars", "vs", _COMMON_ENV)
 
 
@@ -300,8 +305,10 @@ def make_merge_fn(defs: tuple, variables: bool = False) -> tp.Callable[[State], 
     if checked:
         ln.append(f"if _tuple(_map(_type, ({', '.join(checked)},))) != "
                   f"{src.const(tuple(expected))}: return _MISS")
+    build_from = len(ln)
     ln.append("tr = _current_trace()")
     body: list[str] = []
+    alias: dict[int, str] = {}  # a Variable's node index -> the leaf that is it
     # Graph nodes are created, given their trace, status and (template) ``__dict__`` all at
     # once by C-level ``map`` loops over constant tuples, before any attribute is filled in:
     # per object that is a few C calls instead of a few lines of bytecode each.
@@ -314,14 +321,14 @@ def make_merge_fn(defs: tuple, variables: bool = False) -> tp.Callable[[State], 
         if t is Static:
             return src.const(d.get())
         if t is NodeRef:
-            return f"o{d.index}"
+            return alias.get(d.index, f"o{d.index}")
         if t is VariableDef:
             i = counter[0]
             counter[0] = i + 1
             o = f"o{d.index}"
             if variables:
-                body.append(f"{o} = l{i}")
-                return o
+                alias[d.index] = f"l{i}"
+                return f"l{i}"
             body.append(f"{o} = _new({src.const(d.type)}); "
                         f"_set_meta({o}, _dict(l{i}._var_metadata)); "
                         f"_set_trace({o}, tr); _set_raw({o}, l{i}.value)")
@@ -378,7 +385,13 @@ def make_merge_fn(defs: tuple, variables: bool = False) -> tp.Callable[[State], 
     from flaxen.nnx.pytreelib import Pytree
 
     env["_set_status"] = Pytree._pytree__status.__set__  # type: ignore[attr-defined]
-    return src.compile("merge_state", "s", env)
+    fn = src.compile("merge_state", "s", env)
+    # the same build from the leaves themselves (statelib.remembered_leaves): no lookup
+    n = len(vp)
+    src.lines = ([", ".join(f"l{i}" for i in range(n)) + ", = vs"] if n else []) \
+        + ln[build_from:]
+    fn.build = src.compile("merge_leaves", "vs", env)  # type: ignore[attr-defined]
+    return fn
 
 
 # -- tree mode -----------------------------------------------------------------------------

@@ -37,8 +37,8 @@ from flaxen.nnx import _codegen, _graphdef, filterlib
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import reprlib as _reprlib
 from flaxen.nnx._graph_node import GraphNode
-from flaxen.nnx._graphdef import NodeDef, PytreeType, VariableDef
-from flaxen.nnx.statelib import State
+from flaxen.nnx._graphdef import NodeDef, PytreeType, Static, VariableDef
+from flaxen.nnx.statelib import State, remembered_leaves
 from flaxen.nnx.variablelib import EMPTY, Variable, VariableState, _make_state
 
 __all__ = [
@@ -303,7 +303,8 @@ def _leaves_from_states(defs: tuple, states: tp.Sequence[tp.Mapping], what: str,
         if t is NodeDef:
             names = set()
             for k, s in d.attributes:
-                names.add(k)
+                if type(s) is not Static:  # a state entry at a static one is extra
+                    names.add(k)
                 walk(s, sub(ms, k), (*path, k))
             if not allow_missing:
                 _check_extra(ms, names, path, what)
@@ -469,6 +470,10 @@ _SEEN = object()
 def _lookup(fg: eng.FlatGraph, state: tp.Any) -> list | None:
     """The leaves of ``fg`` read out of ``state`` by code generated for the walk's paths
     (from its second use), or None: not a State with exactly those paths, or no code."""
+    if type(state) is State:
+        got = remembered_leaves(state, fg.graphdef.defs)
+        if got is not None:
+            return got  # type: ignore[return-value]  # read only, as the lookup's list
     fn = fg.lookup
     if fn is None:
         fg.lookup = _SEEN

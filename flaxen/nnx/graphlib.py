@@ -109,7 +109,13 @@ from flaxen.nnx._tree_mode import flat_leaves as _flat_leaves
 from flaxen.nnx._tree_mode import flatten_mapping as _flatten_mapping
 from flaxen.nnx._tree_mode import tree_flatten_slow as _tree_flatten_slow
 from flaxen.nnx._var_tools import set_metadata, with_vars
-from flaxen.nnx.statelib import FlatState, State, check_paths
+from flaxen.nnx.statelib import (
+    FlatState,
+    State,
+    check_paths,
+    remember_leaves,
+    remembered_leaves,
+)
 from flaxen.nnx.variablelib import Variable, is_array_ref
 from flaxen.typing import Key
 
@@ -403,7 +409,10 @@ def split(node: A, *filters: filterlib.Filter, graph: bool | None = None) -> tup
             return gd, fn(fg.leaves)
         if gd._uses < _ops._COMPILE_AT:
             gd._compile()
-        return gd, _nest(fg.paths, fg.leaves)
+        st = _nest(fg.paths, fg.leaves)
+        if not fg.has_arrays:
+            remember_leaves(st, gd.defs, tuple(fg.leaves))
+        return gd, st
     if not _mode(graph):
         return _tree_states(node, filters, True)
     gd, paths, leaves = _split_parts(node, graph)
@@ -483,7 +492,8 @@ def merge(graphdef: tp.Any, state: tp.Any = _NO_STATE, /, *states: tp.Any,
     if not states and type(state) is State and type(graphdef) is GraphDef:
         fn = graphdef._merge_fn
         if fn is not None:
-            node = fn(state)
+            leaves = remembered_leaves(state, graphdef.defs)
+            node = fn(state) if leaves is None else fn.build(leaves)
             if node is not _codegen.MISS:
                 return node
         elif graphdef._uses < _ops._COMPILE_AT:

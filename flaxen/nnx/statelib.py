@@ -84,6 +84,7 @@ class State(MutableMapping, _reprlib.Representable):
 
     @property
     def raw_mapping(self) -> dict[Key, tp.Any]:
+        _EDITS[0] += 1  # the dict may now change behind the State's back
         return self._mapping
 
     # -- mapping protocol ----------------------------------------------------------------
@@ -94,9 +95,17 @@ class State(MutableMapping, _reprlib.Representable):
         if isinstance(value, Mapping) and not isinstance(value, State):
             value = State(value)
         self._mapping[key] = value
+        _EDITS[0] += 1
 
     def __delitem__(self, key: Key) -> None:
         del self._mapping[key]
+        _EDITS[0] += 1
+
+    def __getstate__(self) -> dict:
+        return {"_mapping": self._mapping}  # not the remembered leaves (see remember_leaves)
+
+    def __setstate__(self, state: dict) -> None:
+        object.__setattr__(self, "_mapping", state["_mapping"])
 
     def __iter__(self) -> tp.Iterator[Key]:
         return iter(self._mapping)
@@ -198,6 +207,28 @@ class State(MutableMapping, _reprlib.Representable):
         )
 
 
+# -- remembered leaves ----------------------------------------------------------------------
+# ``nnx.split`` knows the leaves of the State it builds, in its graph definition's order;
+# ``nnx.merge``/``nnx.update`` of that same, unchanged State reuse them instead of walking
+# it again. "Unchanged" is kept coarse and cheap: every write to any State (item set or
+# delete, or handing out its raw dict) counts as an edit, and a remembered list only holds
+# while no edit happened since it was recorded.
+_EDITS = [0]
+
+
+def remember_leaves(state: State, key: tp.Any, leaves: tp.Sequence[tp.Any]) -> None:
+    """Records that ``state`` (just built, unshared) holds ``leaves`` in ``key``'s order."""
+    state.__dict__["_nnx_leaves"] = (_EDITS[0], key, leaves)
+
+
+def remembered_leaves(state: State, key: tp.Any) -> tp.Sequence[tp.Any] | None:
+    """The leaves :func:`remember_leaves` recorded for ``key``, while still valid."""
+    got = state.__dict__.get("_nnx_leaves")
+    if got is not None and got[1] is key and got[0] == _EDITS[0]:
+        return got[2]
+    return None
+
+
 def _to_state(d: dict) -> State:
     return State._from_raw({k: _to_state(v) if type(v) is dict else v for k, v in d.items()})
 
@@ -237,20 +268,44 @@ def _describe(leaf: tp.Any) -> str:
     return type(leaf).__name__
 
 
+# A State's children go in sorted key order. The order is remembered per key tuple (in
+# the dict's own order): a State that came out of unflatten or split already holds its keys
+# sorted, so flattening it again is one lookup and the same aux object every time, which
+# jax.jit's cache compares by identity. Bounded, so States with ever-new keys cannot grow it.
+_ORDER: dict[tuple, tuple[tuple, bool]] = {}
+
+
+def _key_order(m: dict) -> tuple[tuple, bool]:
+    keys = tuple(m)
+    hit = _ORDER.get(keys)
+    if hit is None:
+        order = tuple(_sort_keys(keys))
+        hit = (keys, True) if order == keys else (order, False)
+        if len(_ORDER) >= 4096:
+            _ORDER.clear()
+        _ORDER[keys] = hit
+    return hit
+
+
 def _state_flatten_with_keys(s: State) -> tuple[list, tuple]:
-    keys = _sort_keys(s._mapping)
     m = s._mapping
-    return [(jax.tree_util.DictKey(k), m[k]) for k in keys], tuple(keys)
+    keys, _ = _key_order(m)
+    return [(jax.tree_util.DictKey(k), m[k]) for k in keys], keys
 
 
-def _state_flatten(s: State) -> tuple[list, tuple]:
-    keys = _sort_keys(s._mapping)
+def _state_flatten(s: State) -> tuple[tp.Iterable, tuple]:
     m = s._mapping
-    return [m[k] for k in keys], tuple(keys)
+    keys, in_order = _key_order(m)
+    return (m.values() if in_order else [m[k] for k in keys]), keys
 
 
 def _state_unflatten(keys: tuple, children: tp.Iterable[tp.Any]) -> State:
-    return State._from_raw(dict(zip(keys, children)))
+    s = _new(State)
+    _setattr(s, "_mapping", dict(zip(keys, children)))
+    return s
+
+
+_new, _setattr = object.__new__, object.__setattr__
 
 
 jax.tree_util.register_pytree_with_keys(

@@ -288,7 +288,7 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
     'Param'
     """
 
-    __slots__ = ("raw_value", "_trace_state", "_var_metadata")
+    __slots__ = ("raw_value", "_trace_state", "_var_metadata", "_var_aux")
     __treescope_repr__ = _treescope.variable_repr
     required_metadata = frozenset(_DEFAULT_REQUIRED)
 
@@ -821,48 +821,85 @@ def _axis_args(a: tp.Any, b: tp.Any) -> tuple[tp.Any, tp.Any]:
     return a, b
 
 
-class _VarAux:
-    """Hashable tree-structure data of a Variable pytree (type plus metadata)."""
+class _VarAux(tuple):
+    """Tree-structure data of a Variable pytree: ``(type, sorted metadata items)``.
 
-    __slots__ = ("type", "metadata", "_hash")
+    A tuple, so ``jax.jit``'s cache hashes and compares it in C on every call; the metadata
+    dict itself rides along as an attribute for unflatten. Each Variable keeps the last aux
+    it flattened to (``_var_aux``) and reuses it while its metadata is unchanged, so a
+    Variable that came out of a jitted call flattens back to the very object jit cached.
+    """
 
-    def __init__(self, typ: type, metadata: dict) -> None:
-        self.type = typ
-        self.metadata = metadata
+    metadata: dict
+
+    def __new__(cls, typ: type, metadata: dict) -> _VarAux:
+        items = tuple(sorted(metadata.items(), key=_first))
         try:
-            # a frozenset hashes equal dicts alike without sorting: this runs on every
-            # flatten of every Variable (each jax.jit call over a State of them)
-            self._hash = hash((typ, frozenset(metadata.items())))
-        except TypeError:
-            self._hash = hash(typ)
+            hash(items)
+        except TypeError:  # an unhashable metadata value: compare by type and dict instead
+            aux: _VarAux = tuple.__new__(_UnhashableVarAux, (typ, items))
+        else:
+            aux = tuple.__new__(cls, (typ, items))
+        aux.metadata = metadata
+        return aux
 
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return self is other or (isinstance(other, _VarAux) and self.type is other.type
-                                 and self.metadata == other.metadata)
+    @property
+    def type(self) -> type:
+        return self[0]
 
     def __repr__(self) -> str:
-        return f"{self.type.__name__}{self.metadata}"
+        return repr(self[1])
+
+
+class _UnhashableVarAux(_VarAux):
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(self[0])
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, _VarAux) and self[0] is other[0]
+                                 and self.metadata == other.metadata)
+
+
+def _first(item: tuple) -> tp.Any:
+    return item[0]
+
+
+def _aux_of(v: Variable) -> _VarAux:
+    try:
+        aux = v._var_aux
+        if aux.metadata == v._var_metadata:
+            return aux
+    except Exception:  # never flattened yet, or metadata values that refuse == (arrays)
+        pass
+    aux = _VarAux(type(v), dict(v._var_metadata))
+    _set_aux(v, aux)
+    return aux
 
 
 def _var_flatten(v: Variable) -> tuple[tuple, _VarAux]:
-    return (v.raw_value,), _VarAux(type(v), v._var_metadata)
+    # _aux_of inlined: this runs for every Variable of every jitted call's arguments
+    try:
+        aux = v._var_aux
+        if aux.metadata == v._var_metadata:
+            return (v.raw_value,), aux
+    except Exception:
+        pass
+    return (v.raw_value,), _aux_of(v)
 
 
 _VALUE_KEY = jax.tree_util.GetAttrKey("value")
 
 
 def _var_flatten_with_keys(v: Variable) -> tuple[tuple, _VarAux]:
-    return ((_VALUE_KEY, v.raw_value),), _VarAux(type(v), v._var_metadata)
+    return ((_VALUE_KEY, v.raw_value),), _aux_of(v)
 
 
 def _var_unflatten(aux: _VarAux, children: tp.Sequence[tp.Any]) -> Variable:
-    var: Variable = object.__new__(aux.type)
-    object.__setattr__(var, "_var_metadata", dict(aux.metadata))
-    object.__setattr__(var, "_trace_state", _trace.current_trace())
-    object.__setattr__(var, "raw_value", children[0])
+    var: Variable = _new(aux[0])
+    _set_meta(var, dict(aux.metadata))
+    _set_trace(var, _trace.current_trace())
+    _set_raw(var, children[0])
+    _set_aux(var, aux)
     return var
 
 
@@ -876,6 +913,12 @@ def _register_variable_pytree(cls: type) -> None:
 
 
 _register_variable_pytree(Variable)
+# the slots' own setters: unflatten runs once per Variable on every jitted call's output
+_new = object.__new__
+_set_meta = Variable._var_metadata.__set__  # type: ignore[attr-defined]
+_set_trace = Variable._trace_state.__set__  # type: ignore[attr-defined]
+_set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
+_set_aux = Variable._var_aux.__set__  # type: ignore[attr-defined]
 
 
 class Param(Variable[A]):

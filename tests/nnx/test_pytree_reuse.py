@@ -1,0 +1,177 @@
+"""What the fast paths of State/Variable pytrees and split->merge may reuse, and when not.
+
+A Variable keeps the aux it last flattened to while its metadata is unchanged; a State
+remembers its key order per key set; a State built by ``nnx.split`` remembers its leaves
+for ``merge``/``update`` until any State is edited. Each reuse must give exactly what the
+slow path gives, and stop as soon as the thing it stands for changes.
+"""
+
+import copy
+import pickle
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from flaxen import nnx
+
+
+def _mlp():
+    class MLP(nnx.Module):
+        def __init__(self, rngs):
+            self.l1 = nnx.Linear(2, 3, rngs=rngs)
+            self.l2 = nnx.Linear(3, 1, rngs=rngs)
+
+    return MLP(nnx.Rngs(0))
+
+
+# -- Variable aux ------------------------------------------------------------------------
+
+def test_variable_structure_equal_across_objects_and_reused():
+    a, b = nnx.Param(jnp.ones(2), tag="x"), nnx.Param(jnp.zeros(2), tag="x")
+    ta, tb = jax.tree.structure(a), jax.tree.structure(b)
+    assert ta == tb and hash(ta) == hash(tb)
+    # the second flatten of the same Variable hands back the very same aux object
+    aux1 = jax.tree_util.tree_flatten(a)[1].node_data()[1]
+    aux2 = jax.tree_util.tree_flatten(a)[1].node_data()[1]
+    assert aux1 is aux2
+
+
+def test_variable_structure_follows_metadata_changes():
+    a, b = nnx.Param(jnp.ones(2), tag="x"), nnx.Param(jnp.ones(2), tag="x")
+    before = jax.tree.structure(a)
+    a.tag = "y"
+    assert jax.tree.structure(a) != before
+    assert jax.tree.structure(a) != jax.tree.structure(b)
+    a.set_metadata(tag="x")
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    # in-place writes to the metadata dict are seen too
+    a._var_metadata["extra"] = 1
+    assert jax.tree.structure(a) != jax.tree.structure(b)
+
+
+def test_variable_types_differ_in_structure():
+    assert jax.tree.structure(nnx.Param(1.0)) != jax.tree.structure(nnx.BatchStat(1.0))
+
+
+def test_unhashable_metadata_still_flattens_and_jits():
+    a = nnx.Param(jnp.ones(2), names=["a", "b"])
+    b = nnx.Param(jnp.ones(2), names=["a", "b"])
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    assert hash(jax.tree.structure(a)) == hash(jax.tree.structure(b))
+    out = jax.jit(lambda v: jax.tree.map(lambda x: x + 1, v))(a)
+    assert type(out) is nnx.Param and out.get_metadata("names") == ["a", "b"]
+    np.testing.assert_allclose(out[...], 2.0)
+
+
+def test_unflattened_variables_do_not_share_metadata():
+    leaves, td = jax.tree.flatten(nnx.Param(1.0, tag="x"))
+    a, b = td.unflatten(leaves), td.unflatten(leaves)
+    a.tag = "changed"
+    assert b.tag == "x"
+    assert td.unflatten(leaves).tag == "x"
+
+
+def test_jit_roundtrip_keeps_values_and_metadata():
+    model = _mlp()
+    gd, st = nnx.split(model)
+
+    @jax.jit
+    def step(st):
+        return jax.tree.map(lambda x: x * 2, st)
+
+    out = st
+    for _ in range(3):
+        out = step(out)
+    np.testing.assert_allclose(out["l1"]["kernel"][...], st["l1"]["kernel"][...] * 8,
+                               rtol=1e-6)
+    assert type(out["l1"]["kernel"]) is nnx.Param
+    assert out["l1"]["kernel"].get_metadata() == st["l1"]["kernel"].get_metadata()
+    assert jax.tree.structure(out) == jax.tree.structure(st)
+
+
+# -- State key order ---------------------------------------------------------------------
+
+def test_state_children_sorted_whatever_the_insertion_order():
+    s = nnx.State({"b": 1, "a": 2, "c": 3})
+    assert jax.tree.leaves(s) == [2, 1, 3]
+    s["0"] = 4  # a new key set: learned anew
+    assert jax.tree.leaves(s) == [4, 2, 1, 3]
+    del s["a"]
+    assert jax.tree.leaves(s) == [4, 1, 3]
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(s)[0]]
+    assert paths == ["['0']", "['b']", "['c']"]
+
+
+def test_state_mixed_key_types_keep_their_order():
+    s = nnx.State({"w": 1, 1: 2, 0: 3})
+    assert jax.tree.leaves(s) == [3, 2, 1]
+    rebuilt = jax.tree.unflatten(jax.tree.structure(s), [30, 20, 10])
+    assert dict(rebuilt) == {0: 30, 1: 20, "w": 10}
+
+
+# -- remembered leaves of a split ---------------------------------------------------------
+
+@pytest.mark.parametrize("rounds", [1, 5])  # the interpreter, then the generated code
+def test_merge_of_an_unchanged_split_state(rounds):
+    model = _mlp()
+    for _ in range(rounds):
+        gd, st = nnx.split(model)
+        new = nnx.merge(gd, st)
+    assert new.l1.kernel is model.l1.kernel and new is not model
+    assert isinstance(new.l2, nnx.Linear) and new.l2.bias is st["l2"]["bias"]
+
+
+@pytest.mark.parametrize("rounds", [1, 5])
+def test_merge_sees_item_writes_after_split(rounds):
+    model = _mlp()
+    for _ in range(rounds):
+        gd, st = nnx.split(model)
+        nnx.merge(gd, st)
+    fresh = nnx.Param(jnp.zeros((2, 3)))
+    st["l1"]["kernel"] = fresh
+    assert nnx.merge(gd, st).l1.kernel is fresh
+    st.l2.bias = nnx.Param(jnp.full((1,), 5.0))
+    assert float(nnx.merge(gd, st).l2.bias[0]) == 5.0
+
+
+@pytest.mark.parametrize("rounds", [1, 5])
+def test_merge_sees_raw_mapping_writes_after_split(rounds):
+    model = _mlp()
+    for _ in range(rounds):
+        gd, st = nnx.split(model)
+        nnx.merge(gd, st)
+    raw = st["l1"].raw_mapping
+    raw["bias"] = nnx.Param(jnp.full((3,), 7.0))
+    np.testing.assert_allclose(nnx.merge(gd, st).l1.bias[...], 7.0)
+
+
+def test_copied_or_pickled_state_merges_its_own_variables():
+    model = _mlp()
+    gd, st = nnx.split(model)
+    for other in (copy.deepcopy(st), pickle.loads(pickle.dumps(st))):
+        assert "_nnx_leaves" not in vars(other)
+        new = nnx.merge(gd, other)
+        assert new.l1.kernel is other["l1"]["kernel"]
+        assert new.l1.kernel is not model.l1.kernel
+
+
+def test_merge_with_another_graphdef_ignores_remembered_leaves():
+    a, b = nnx.Linear(2, 3, rngs=nnx.Rngs(0)), nnx.Linear(2, 3, use_bias=False,
+                                                         rngs=nnx.Rngs(0))
+    _, st = nnx.split(a)
+    gd_b, _ = nnx.split(b)
+    # 'bias' is a static None in b: a Variable there is extra, not silently dropped
+    with pytest.raises(ValueError, match="does not have"):
+        nnx.merge(gd_b, st)
+
+
+def test_update_from_unchanged_and_edited_split_state():
+    model = _mlp()
+    gd, st = nnx.split(model)
+    nnx.update(model, st)  # its own Variables: nothing changes
+    other = _mlp()
+    st["l1"]["kernel"] = nnx.Param(jnp.ones((2, 3)))
+    nnx.update(other, st)
+    np.testing.assert_allclose(other.l1.kernel[...], 1.0)
