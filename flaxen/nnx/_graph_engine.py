@@ -296,10 +296,10 @@ def flatten_cached(roots: tuple, intern: tp.Callable[[FlatGraph, FlatGraph | Non
     None), so the caller can reuse the previous GraphDef object when it is equal. Walks are
     cached per ``intern`` function: each kind of GraphDef keeps its own entries.
     """
-    key = (intern, *map(id, roots))
+    key, held = _cache_key(intern, roots)
     fg = _cache.get(key)
     if fg is not None:
-        for a, b in zip(_cache_roots[key], roots):
+        for a, b in zip(_cache_roots[key], held):
             if a is not b:  # an id was reused by a new object
                 fg = None
                 break
@@ -314,8 +314,23 @@ def flatten_cached(roots: tuple, intern: tp.Callable[[FlatGraph, FlatGraph | Non
         del _cache[oldest]
         del _cache_roots[oldest]
     _cache[key] = new
-    _cache_roots[key] = tuple(roots)
+    _cache_roots[key] = held
     return new
+
+
+def _cache_key(intern: tp.Any, roots: tuple) -> tuple[tuple, tuple]:
+    # A lone tuple, list or dict root (``nnx.split((model, optimizer))``) is usually built
+    # afresh for each call: key it by what it holds, so the walk of the same objects is
+    # reused. (A list or dict root's own later mutation shows in ``still_valid``.)
+    if len(roots) == 1:
+        root = roots[0]
+        t = type(root)
+        if t is tuple or t is list:
+            return (intern, t, *map(id, root)), tuple(root)
+        if t is dict:
+            held = tuple(root.values())
+            return (intern, dict, tuple(root), *map(id, held)), held
+    return (intern, *map(id, roots)), tuple(roots)
 
 
 def clear_cache() -> None:

@@ -143,16 +143,21 @@ def _tree_view(fg: eng.FlatGraph, graphdef: tp.Any, paths: list, leaves: list
     return TreeWalk(graphdef, tuple(paths), None if identity else perm)
 
 
+# containers a root may be, beside a graph node: the walk of ``(model, optimizer)`` is
+# cached by its items (see _graph_engine.flatten_cached)
+_ROOTS = (tuple, list, dict)
+
+
 def tree_flatten_cached(node: tp.Any, walk: tp.Callable[[tp.Any], eng.FlatGraph],
                         slow: tp.Callable[[tp.Any], tuple[tp.Any, list, list]]
                         ) -> tuple[tp.Any, tuple | list, list, TreeWalk | None]:
     """``(graphdef, paths, leaves, tree_walk)`` of a tree-mode flatten of ``node``.
 
     ``slow`` is the full tree-mode flatten (checks included) and ``walk`` the cached graph
-    walk; a root that is not a graph node, or whose walk holds bare arrays, always takes
-    ``slow`` (``tree_walk`` is then None).
+    walk; a root that is neither a graph node nor a tuple, list or dict, or whose walk holds
+    bare arrays, always takes ``slow`` (``tree_walk`` is then None).
     """
-    if not isinstance(node, GraphNode) or not _is_pytree(node):
+    if not (_is_pytree(node) if isinstance(node, GraphNode) else type(node) in _ROOTS):
         return (*slow(node), None)
     fg = walk(node)
     tw = fg.tree

@@ -396,14 +396,20 @@ def _split_parts(node: tp.Any, graph: bool | None) -> tuple[tp.Any, list, list]:
     return fg.graphdef, fg.paths, fg.leaves
 
 
+# the containers a split's root may be beside a graph node, with a cached walk
+_ROOTS = (tuple, list, dict)
+
+
 @traceback_util.api_boundary
 def split(node: A, *filters: filterlib.Filter, graph: bool | None = None) -> tuple:
     """``(graphdef, state)`` or ``(graphdef, state_1, ..., state_n)`` with filters (each
     Variable goes to the first filter it matches; they must cover every Variable)."""
-    if not filters and isinstance(node, GraphNode) and (
+    if not filters and (isinstance(node, GraphNode) or type(node) in _ROOTS) and (
             graph or (graph is None and set_graph_mode.current_value())):
         fg = _walk(node)
         gd = fg.graphdef
+        if type(gd.defs[0]) is not NodeDef:  # a container holding no graph node
+            return (gd, *_states(gd, fg.paths, fg.leaves, filters, True))
         fn = gd._states_fn
         if fn is not None and not fg.has_arrays:
             return gd, fn(fg.leaves)

@@ -175,3 +175,59 @@ def test_update_from_unchanged_and_edited_split_state():
     st["l1"]["kernel"] = nnx.Param(jnp.ones((2, 3)))
     nnx.update(other, st)
     np.testing.assert_allclose(other.l1.kernel[...], 1.0)
+
+
+# -- a container root: (model, optimizer) -------------------------------------------------
+
+def _leaf_ids(state):
+    return [id(v) for v in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, nnx.Variable))]
+
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_tuple_root_split_is_reused_and_follows_changes(graph):
+    a, b = nnx.Linear(2, 3, rngs=nnx.Rngs(0)), nnx.Linear(3, 1, rngs=nnx.Rngs(1))
+    first = [nnx.split((a, b), graph=graph) for _ in range(4)]
+    assert all(gd == first[0][0] for gd, _ in first)
+    assert all(_leaf_ids(st) == _leaf_ids(first[0][1]) for _, st in first)
+    assert first[-1][1][1]["kernel"] is b.kernel
+    b.kernel = nnx.Param(jnp.zeros((3, 1)))  # an attribute write: walked again
+    gd, st = nnx.split((a, b), graph=graph)
+    assert st[1]["kernel"] is b.kernel
+    c = nnx.Linear(3, 1, rngs=nnx.Rngs(2))
+    gd, st = nnx.split((a, c), graph=graph)  # other items: another walk
+    assert st[1]["kernel"] is c.kernel
+    new_a, new_c = nnx.merge(gd, st)
+    assert new_c.kernel is c.kernel if graph else jnp.array_equal(new_c.kernel[...],
+                                                                  c.kernel[...])
+
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_list_and_dict_roots_follow_in_place_changes(graph):
+    a, b = nnx.Linear(2, 3, rngs=nnx.Rngs(0)), nnx.Linear(3, 1, rngs=nnx.Rngs(1))
+    items = [a]
+    for _ in range(3):
+        _, st = nnx.split(items, graph=graph)
+    assert list(st.keys()) == [0]
+    items.append(b)  # the same list object, grown
+    _, st = nnx.split(items, graph=graph)
+    assert list(st.keys()) == [0, 1]
+    d = {"model": a}
+    for _ in range(3):
+        _, st = nnx.split(d, graph=graph)
+    d["model"] = b
+    _, st = nnx.split(d, graph=graph)
+    assert st["model"]["kernel"] is b.kernel
+    _, st = nnx.split({"other": a}, graph=graph)
+    assert list(st.keys()) == ["other"]
+
+
+def test_tree_mode_tuple_root_still_refuses_sharing_every_time():
+    a = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+    for _ in range(3):
+        with pytest.raises(ValueError, match="shared"):
+            nnx.split((a, a), graph=False)
+
+
+def test_container_root_without_graph_nodes():
+    gd, st = nnx.split((1, "x"))
+    assert dict(st) == {} and nnx.merge(gd, st) == (1, "x")
