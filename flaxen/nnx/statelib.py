@@ -116,9 +116,22 @@ class State(MutableMapping, _reprlib.Representable):
     def __contains__(self, key: object) -> bool:
         return key in self._mapping
 
+    # A State that came out of a pytree unflatten (every jitted call's output) keeps its
+    # keys and children as given until something first reads its dict: a State that only
+    # goes back into the next jitted call is flattened straight from them.
+    _pending: tuple | None = None
+
     def __getattr__(self, name: str) -> tp.Any:
+        if name == "_mapping":  # not built yet (see _pending)
+            pending = object.__getattribute__(self, "_pending")
+            if pending is None:  # a bare object (mid-unpickling): no storage yet
+                raise AttributeError(name)
+            mapping = dict(zip(*pending))
+            object.__setattr__(self, "_mapping", mapping)
+            object.__setattr__(self, "_pending", None)
+            return mapping
         try:
-            return object.__getattribute__(self, "_mapping")[name]
+            return self._mapping[name]
         except KeyError:
             raise AttributeError(
                 f"State has no key {name!r}; its keys are {list(self._mapping)}."
@@ -294,6 +307,9 @@ def _state_flatten_with_keys(s: State) -> tuple[list, tuple]:
 
 
 def _state_flatten(s: State) -> tuple[tp.Iterable, tuple]:
+    pending = s._pending
+    if pending is not None:
+        return pending[1], pending[0]
     m = s._mapping
     keys, in_order = _key_order(m)
     return (m.values() if in_order else [m[k] for k in keys]), keys
@@ -301,7 +317,7 @@ def _state_flatten(s: State) -> tuple[tp.Iterable, tuple]:
 
 def _state_unflatten(keys: tuple, children: tp.Iterable[tp.Any]) -> State:
     s = _new(State)
-    _setattr(s, "_mapping", dict(zip(keys, children)))
+    _setattr(s, "_pending", (keys, tuple(children)))
     return s
 
 

@@ -231,3 +231,46 @@ def test_tree_mode_tuple_root_still_refuses_sharing_every_time():
 def test_container_root_without_graph_nodes():
     gd, st = nnx.split((1, "x"))
     assert dict(st) == {} and nnx.merge(gd, st) == (1, "x")
+
+
+# -- a State straight out of unflatten ----------------------------------------------------
+
+def _unflattened():
+    s = nnx.State({"b": nnx.Param(jnp.ones(2)), "a": {"c": 1.0}})
+    return jax.tree.map(lambda x: x * 2, s)
+
+
+def test_unflattened_state_reads_like_any_state():
+    t = _unflattened()
+    assert list(t) == ["a", "b"] and len(t) == 2 and "a" in t
+    assert t.a.c == 2.0 and t["a"]["c"] == 2.0
+    np.testing.assert_allclose(t.b[...], 2.0)
+    assert t == _unflattened()
+    assert "State(" in repr(_unflattened())
+    assert dict(_unflattened().raw_mapping).keys() == {"a", "b"}
+    again = pickle.loads(pickle.dumps(_unflattened()))
+    assert again.a.c == 2.0
+    assert copy.deepcopy(_unflattened()).a.c == 2.0
+
+
+def test_unflattened_state_writes_then_flattens_what_it_holds():
+    t = _unflattened()
+    t["z"] = 5.0
+    assert jax.tree.leaves(t)[-1] == 5.0
+    t = _unflattened()
+    del t["a"]
+    assert list(t) == ["b"] and len(jax.tree.leaves(t)) == 1
+    t = _unflattened()
+    t.a.c = 9.0  # a nested write: the nested State is its own object
+    assert jax.tree.leaves(t)[0] == 9.0
+    with pytest.raises(AttributeError, match="no key 'zz'"):
+        getattr(_unflattened(), "zz")
+
+
+def test_unflattened_state_flattens_to_the_same_structure():
+    s = nnx.State({"b": nnx.Param(jnp.ones(2)), "a": {"c": 1.0}})
+    t = jax.tree.map(lambda x: x, s)
+    assert jax.tree.structure(t) == jax.tree.structure(s)
+    assert jax.tree.leaves(t) == jax.tree.leaves(s)
+    paths = [p for p, _ in jax.tree_util.tree_flatten_with_path(t)[0]]
+    assert paths == [p for p, _ in jax.tree_util.tree_flatten_with_path(s)[0]]
