@@ -264,7 +264,7 @@ def test_unflattened_state_writes_then_flattens_what_it_holds():
     t.a.c = 9.0  # a nested write: the nested State is its own object
     assert jax.tree.leaves(t)[0] == 9.0
     with pytest.raises(AttributeError, match="no key 'zz'"):
-        getattr(_unflattened(), "zz")
+        _ = _unflattened().zz
 
 
 def test_unflattened_state_flattens_to_the_same_structure():
