@@ -282,22 +282,33 @@ def _describe(leaf: tp.Any) -> str:
 
 
 # A State's children go in sorted key order. The order is remembered per key tuple (in
-# the dict's own order): a State that came out of unflatten or split already holds its keys
-# sorted, so flattening it again is one lookup and the same aux object every time, which
-# jax.jit's cache compares by identity. Bounded, so States with ever-new keys cannot grow it.
-_ORDER: dict[tuple, tuple[tuple, bool]] = {}
+# the dict's own order) as a permutation, or None when the dict already holds its keys
+# sorted (a State that came out of unflatten or split): flattening it again is one lookup.
+# Only tuples of plain str or plain int keys are remembered, whose equal tuples sort alike
+# (True == 1, but a bool sorts apart from ints); bounded, so ever-new keys cannot grow it.
+_ORDER: dict[tuple, tuple[int, ...] | None] = {}
 
 
 def _key_order(m: dict) -> tuple[tuple, bool]:
     keys = tuple(m)
-    hit = _ORDER.get(keys)
-    if hit is None:
+    try:
+        perm = _ORDER[keys]
+    except KeyError:
         order = tuple(_sort_keys(keys))
-        hit = (keys, True) if order == keys else (order, False)
-        if len(_ORDER) >= 4096:
-            _ORDER.clear()
-        _ORDER[keys] = hit
-    return hit
+        position = {id(k): i for i, k in enumerate(keys)}
+        perm = None if order == keys else tuple(position[id(k)] for k in order)
+        if _uniform(keys):
+            if len(_ORDER) >= 4096:
+                _ORDER.clear()
+            _ORDER[keys] = perm
+    if perm is None:
+        return keys, True
+    return tuple([keys[i] for i in perm]), False
+
+
+def _uniform(keys: tuple) -> bool:
+    kinds = set(map(type, keys))
+    return kinds == {str} or kinds == {int}
 
 
 def _state_flatten_with_keys(s: State) -> tuple[list, tuple]:

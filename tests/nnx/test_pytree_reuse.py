@@ -104,6 +104,14 @@ def test_state_children_sorted_whatever_the_insertion_order():
     assert paths == ["['0']", "['b']", "['c']"]
 
 
+def test_equal_key_tuples_of_other_types_keep_their_own_keys():
+    ints = nnx.State({1: "a", 0: "b"})
+    bools = nnx.State({True: "a", 0: "b"})  # (1, 0) == (True, 0)
+    assert jax.tree.leaves(ints) == jax.tree.leaves(bools) == ["b", "a"]
+    back = jax.tree.unflatten(jax.tree.structure(bools), ["x", "y"])
+    assert [type(k) for k in back] == [int, bool]
+
+
 def test_state_mixed_key_types_keep_their_order():
     s = nnx.State({"w": 1, 1: 2, 0: 3})
     assert jax.tree.leaves(s) == [3, 2, 1]
