@@ -34,7 +34,7 @@ import numpy as np
 
 from flaxen.nnx import _trace
 from flaxen.nnx import variablelib as variables
-from flaxen.nnx.variablelib import MISSING, Variable, VariableMeta, is_array_ref
+from flaxen.nnx.variablelib import MISSING, Variable, VariableMeta, _own_metadata, is_array_ref
 
 A = tp.TypeVar("A")
 _TYPE_KEY = "_var_type"  # hidden metadata entry: the Variable type a HijaxVariable stands for
@@ -166,7 +166,7 @@ class HijaxVariable(Variable[A], metaclass=HijaxVariableMeta):
     def set_metadata(self, *args: tp.Any, **kwargs: tp.Any) -> None:
         var_type = self.var_type
         super().set_metadata(*args, **kwargs)
-        self._var_metadata[_TYPE_KEY] = var_type
+        _own_metadata(self)[_TYPE_KEY] = var_type
 
     def get_raw_value(self) -> tp.Any:
         return self.raw_value if self.ref else _values(self.raw_value)

@@ -67,7 +67,7 @@ def _set_meta(v: tp.Any, **updates: tp.Any) -> None:
     if setter is not None and isinstance(v, Variable):
         setter(**updates)
     else:
-        v._var_metadata.update(updates)
+        v._var_metadata.update(updates)  # not a Variable (a 0.8.3 VariableState)
 
 
 # -- annotations ------------------------------------------------------------------------------

@@ -431,13 +431,13 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
         if name in Variable.__slots__:
             object.__setattr__(self, name, value)
         else:
-            self._var_metadata[name] = value
+            _own_metadata(self)[name] = value
         _trace.bump()
 
     def __delattr__(self, name: str) -> None:
         self._check_trace(name)
         if name in self._var_metadata:
-            del self._var_metadata[name]
+            del _own_metadata(self)[name]
             _trace.bump()
         else:
             object.__delattr__(self, name)
@@ -509,11 +509,11 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
             entry = {args[0]: args[1]}
             _remap_sharding(entry)
             self._check_fixed(entry)
-            self._var_metadata.update(entry)
+            _own_metadata(self).update(entry)
         elif kwargs and not args:
             _remap_sharding(kwargs)
             self._check_fixed(kwargs)
-            self._var_metadata.update(kwargs)
+            _own_metadata(self).update(kwargs)
         else:
             raise TypeError(
                 f"set_metadata() takes a dict, a name and a value, or keyword arguments; got "
@@ -536,7 +536,7 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
         if name in ("hijax", "ref"):
             raise ValueError(f"Cannot delete the `{name}` metadata of a Variable.")
         self._check_trace("metadata")
-        del self._var_metadata[name]
+        del _own_metadata(self)[name]
         _trace.bump()
 
     # -- value ----------------------------------------------------------------------------
@@ -770,7 +770,7 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
 
     def __setstate__(self, state: dict) -> None:
         object.__setattr__(self, "raw_value", state["raw_value"])
-        object.__setattr__(self, "_var_metadata", state["_var_metadata"])
+        object.__setattr__(self, "_var_metadata", dict(state["_var_metadata"]))
         object.__setattr__(self, "_trace_state", _trace.current_trace())
 
 
@@ -864,6 +864,21 @@ def _first(item: tuple) -> tp.Any:
     return item[0]
 
 
+def _own_metadata(v: Variable) -> dict:
+    """``v``'s metadata dict for an in-place write: a Variable built by unflatten shares its
+    aux's dict (with every other Variable built from the same aux, and with jax.jit's cache
+    key), so it gets a copy of its own first."""
+    meta = v._var_metadata
+    try:
+        shared = meta is v._var_aux.metadata
+    except AttributeError:  # never flattened: its dict is its own
+        return meta
+    if shared:
+        meta = dict(meta)
+        _set_meta(v, meta)
+    return meta
+
+
 def _aux_of(v: Variable) -> _VarAux:
     try:
         aux = v._var_aux
@@ -880,7 +895,8 @@ def _var_flatten(v: Variable) -> tuple[tuple, _VarAux]:
     # _aux_of inlined: this runs for every Variable of every jitted call's arguments
     try:
         aux = v._var_aux
-        if aux.metadata == v._var_metadata:
+        meta = v._var_metadata
+        if aux.metadata is meta or aux.metadata == meta:
             return (v.raw_value,), aux
     except Exception:
         pass
@@ -896,7 +912,8 @@ def _var_flatten_with_keys(v: Variable) -> tuple[tuple, _VarAux]:
 
 def _var_unflatten(aux: _VarAux, children: tp.Sequence[tp.Any]) -> Variable:
     var: Variable = _new(aux[0])
-    _set_meta(var, dict(aux.metadata))
+    # the aux's own dict, shared until a write (_own_metadata): no copy per jitted output
+    _set_meta(var, aux.metadata)
     _set_trace(var, _trace.current_trace())
     _set_raw(var, children[0])
     _set_aux(var, aux)

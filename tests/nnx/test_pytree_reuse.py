@@ -282,3 +282,24 @@ def test_unflattened_state_flattens_to_the_same_structure():
     assert jax.tree.leaves(t) == jax.tree.leaves(s)
     paths = [p for p, _ in jax.tree_util.tree_flatten_with_path(t)[0]]
     assert paths == [p for p, _ in jax.tree_util.tree_flatten_with_path(s)[0]]
+
+
+def test_metadata_writes_on_jitted_outputs_stay_on_their_variable():
+    step = jax.jit(lambda s: jax.tree.map(lambda x: x + 1, s))
+    s = nnx.State({"a": nnx.Param(jnp.ones(2), tag="t"), "b": nnx.Param(jnp.ones(2), tag="t")})
+    s = step(step(s))  # two outputs from the same cached output structure
+    before = jax.tree.structure(s)
+    out = step(s)
+    a, b = out["a"], out["b"]
+    a.tag = "changed"
+    a.set_metadata(extra=1)
+    del a.extra
+    b.set_metadata("other", 2)
+    b.del_metadata("other")
+    assert b.tag == "t" and out["a"].tag == "changed"
+    fresh = step(s)  # jit's cached structure still says "t"
+    assert fresh["a"].tag == "t" and fresh["b"].tag == "t"
+    assert jax.tree.structure(step(s)) == before
+    c = copy.copy(fresh["a"])
+    c.tag = "copy"
+    assert fresh["a"].tag == "t"

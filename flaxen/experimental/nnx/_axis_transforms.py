@@ -32,7 +32,7 @@ from flaxen.nnx._graphdef import var_def_paths
 from flaxen.nnx.module import Module
 from flaxen.nnx.rnglib import RngKey, RngState
 from flaxen.nnx.transforms._mapped import DefView
-from flaxen.nnx.variablelib import Variable
+from flaxen.nnx.variablelib import Variable, _own_metadata
 
 PARTITION_NAME = "partition_name"
 _DEFAULT_STATE_AXES: tp.Mapping[filterlib.Filter, int | None] = {...: 0}
@@ -133,7 +133,7 @@ def _partition_hook(plan: list, transform_metadata: tp.Mapping,
                     key = _names_key(var._var_metadata)
                     sharding = var._var_metadata.get(key)
                     if sharding and len(sharding) > ax and sharding[ax] == name:
-                        var._var_metadata[key] = (*sharding[:ax], *sharding[ax + 1:])
+                        _own_metadata(var)[key] = (*sharding[:ax], *sharding[ax + 1:])
         return then(args, kwargs) if then is not None else (args, kwargs)
 
     return hook
