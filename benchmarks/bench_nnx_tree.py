@@ -160,7 +160,7 @@ def _functional(quick: bool) -> Result:
         impls[name] = make()
     impls["jax"] = _jax_step(din, dh, dout, tx, x, y)
     return compare(SUITE, f"functional split/jit/merge mlp {din}-{dh}-{dout}", impls,
-                   rounds=5 if quick else 9, note="jax = hand-written jitted step")
+                   rounds=5 if quick else 21, note="jax = hand-written jitted step")
 
 
 def _cached_partial(quick: bool) -> Result:
@@ -188,7 +188,7 @@ def _cached_partial(quick: bool) -> Result:
         impls[name] = make()
     impls["jax"] = _jax_step(din, dh, dout, tx, x, y)
     return compare(SUITE, f"cached_partial mlp {din}-{dh}-{dout}", impls,
-                   rounds=5 if quick else 9, note="jax = hand-written jitted step")
+                   rounds=5 if quick else 21, note="jax = hand-written jitted step")
 
 
 def _linear_eager(quick: bool) -> Result:
