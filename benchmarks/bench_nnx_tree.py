@@ -8,7 +8,9 @@ hand-written JAX equivalent (the limit, named ``jax``) side by side:
   of the same parameters.
 - ``tree state``: ``state(model, graph=False)`` vs a pytree flatten.
 - ``update``: ``update(model, state)`` vs a ``tree_map`` over the same leaves.
-- ``merge``: ``merge(graphdef, state)`` (graph mode) vs a pytree unflatten.
+- ``merge``: ``merge(graphdef, state)`` (graph mode) vs a pytree unflatten, of split's own
+  State (whose leaves split remembers) and of a ``jax.tree.map`` copy (read afresh).
+- ``split+merge of a pair``: a tuple root ``(model_a, model_b)``, as ``(model, optimizer)``.
 - ``functional``: Flax's performance-guide pattern (split once, ``jax.jit`` over a step
   that merges, trains and splits) vs the hand-written jitted step.
 - ``cached_partial``: ``nnx.cached_partial(step, model, opt)`` vs the hand-written step.
@@ -89,15 +91,39 @@ def _update(quick: bool, graph: bool) -> Result:
                    note="jax = tree_map over the same leaves")
 
 
-def _merge(quick: bool) -> Result:
+def _merge(quick: bool, mapped: bool = False) -> Result:
+    """``mapped``: the State is not split's own but a copy made by ``jax.tree.map`` (what
+    a jitted step returns), which merge must read afresh."""
     impls = {}
     for name, (m, mod) in _models().items():
         gd, st = m.split(mod)
+        if mapped:
+            st = jax.tree.map(lambda x: x, st)
         impls[name] = lambda m=m, gd=gd, st=st: m.merge(gd, st)
     leaves, treedef = jax.tree_util.tree_flatten(_params(_N, _WIDTH))
     impls["jax"] = lambda: treedef.unflatten(leaves)
-    return compare(SUITE, f"merge (graph) {_N} layers", impls, rounds=5 if quick else 9,
-                   note="jax = pytree unflatten")
+    what = "a tree_map'd State" if mapped else "split's State"
+    return compare(SUITE, f"merge (graph, {what}) {_N} layers", impls,
+                   rounds=5 if quick else 9, note="jax = pytree unflatten")
+
+
+def _pair_split_merge(quick: bool, graph: bool) -> Result:
+    """``merge(*split((model_a, model_b)))``: a tuple root, as ``(model, optimizer)``."""
+    impls = {}
+    for name, (m, mod) in _models().items():
+        other = _deep(m, _N, _WIDTH)(m.Rngs(1))
+        impls[name] = (lambda m=m, a=mod, b=other:
+                       m.merge(*m.split((a, b), graph=graph)))
+    pair = (_params(_N, _WIDTH), _params(_N, _WIDTH))
+
+    def jax_impl():
+        leaves, treedef = jax.tree_util.tree_flatten(pair)
+        return treedef.unflatten(leaves)
+
+    impls["jax"] = jax_impl
+    mode = "graph" if graph else "tree"
+    return compare(SUITE, f"split+merge ({mode}) of a pair, 2x{_N} layers", impls,
+                   rounds=5 if quick else 9, note="jax = pytree flatten+unflatten")
 
 
 def _jax_step(din: int, dh: int, dout: int, tx, x, y):
@@ -206,5 +232,6 @@ def _linear_eager(quick: bool) -> Result:
 
 def run(quick: bool) -> list[Result]:
     return [_tree_split_merge(quick), _tree_state(quick), _update(quick, graph=False),
-            _update(quick, graph=True), _merge(quick), _functional(quick),
-            _cached_partial(quick), _linear_eager(quick)]
+            _update(quick, graph=True), _merge(quick), _merge(quick, mapped=True),
+            _pair_split_merge(quick, graph=True), _pair_split_merge(quick, graph=False),
+            _functional(quick), _cached_partial(quick), _linear_eager(quick)]
