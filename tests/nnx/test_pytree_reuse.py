@@ -121,22 +121,27 @@ def test_state_mixed_key_types_keep_their_order():
 
 # -- remembered leaves of a split ---------------------------------------------------------
 
-@pytest.mark.parametrize("rounds", [1, 5])  # the interpreter, then the generated code
-def test_merge_of_an_unchanged_split_state(rounds):
+def _split_and_merged(rounds):
+    """A model and its last split, after ``rounds`` split+merge pairs (from the third, the
+    generated code runs)."""
     model = _mlp()
     for _ in range(rounds):
         gd, st = nnx.split(model)
-        new = nnx.merge(gd, st)
+        nnx.merge(gd, st)
+    return model, gd, st
+
+
+@pytest.mark.parametrize("rounds", [1, 5])
+def test_merge_of_an_unchanged_split_state(rounds):
+    model, gd, st = _split_and_merged(rounds)
+    new = nnx.merge(gd, st)
     assert new.l1.kernel is model.l1.kernel and new is not model
     assert isinstance(new.l2, nnx.Linear) and new.l2.bias is st["l2"]["bias"]
 
 
 @pytest.mark.parametrize("rounds", [1, 5])
 def test_merge_sees_item_writes_after_split(rounds):
-    model = _mlp()
-    for _ in range(rounds):
-        gd, st = nnx.split(model)
-        nnx.merge(gd, st)
+    _, gd, st = _split_and_merged(rounds)
     fresh = nnx.Param(jnp.zeros((2, 3)))
     st["l1"]["kernel"] = fresh
     assert nnx.merge(gd, st).l1.kernel is fresh
@@ -146,10 +151,7 @@ def test_merge_sees_item_writes_after_split(rounds):
 
 @pytest.mark.parametrize("rounds", [1, 5])
 def test_merge_sees_raw_mapping_writes_after_split(rounds):
-    model = _mlp()
-    for _ in range(rounds):
-        gd, st = nnx.split(model)
-        nnx.merge(gd, st)
+    _, gd, st = _split_and_merged(rounds)
     raw = st["l1"].raw_mapping
     raw["bias"] = nnx.Param(jnp.full((3,), 7.0))
     np.testing.assert_allclose(nnx.merge(gd, st).l1.bias[...], 7.0)
