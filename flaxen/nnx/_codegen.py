@@ -32,7 +32,7 @@ from flaxen.nnx._graphdef import (
     count_defs,
     var_def_paths,
 )
-from flaxen.nnx.statelib import _EDITS, State
+from flaxen.nnx.statelib import State, remember_leaves
 from flaxen.nnx.variablelib import Variable, VariableState
 
 MISS = object()
@@ -137,7 +137,7 @@ _COMMON_ENV = {
     "_repeat": itertools.repeat,
     "_call": operator.call,
     "_dcopy": dict.copy,
-    "_edits": _EDITS,
+    "_remember": remember_leaves,
     # runs an iterator of side effects to its end in C, keeping nothing
     "_drain": collections.deque(maxlen=0).extend,
 }
@@ -173,8 +173,7 @@ def make_states_fn(defs: tuple, variables: bool = False) -> tp.Callable[[list], 
 
     root = emit(trie or {})
     # the leaves in this definition's order, for a merge/update of this same State
-    # (statelib.remember_leaves, inlined)
-    ln.append(f"_osa({root}, '_nnx_leaves', (_edits[0], {src.const(defs)}, _tuple(vs)))")
+    ln.append(f"_remember({root}, {src.const(defs)}, _tuple(vs))")
     ln.append(f"return {root}")
     return src.compile("states_from_vars", "vs", _COMMON_ENV)
 

@@ -23,6 +23,7 @@ away. A State is a pytree, so it passes straight into ``jax.jit``, ``jax.grad`` 
 from __future__ import annotations
 
 import typing as tp
+import weakref
 from collections.abc import Mapping, MutableMapping
 
 import jax
@@ -100,12 +101,6 @@ class State(MutableMapping, _reprlib.Representable):
     def __delitem__(self, key: Key) -> None:
         del self._mapping[key]
         _EDITS[0] += 1
-
-    def __getstate__(self) -> dict:
-        return {"_mapping": self._mapping}  # not the remembered leaves (see remember_leaves)
-
-    def __setstate__(self, state: dict) -> None:
-        object.__setattr__(self, "_mapping", state["_mapping"])
 
     def __iter__(self) -> tp.Iterator[Key]:
         return iter(self._mapping)
@@ -229,16 +224,26 @@ class State(MutableMapping, _reprlib.Representable):
 _EDITS = [0]
 
 
+# Kept beside the States, not in them, so that a copy or pickle of a State never carries
+# leaves that are not its own; an entry goes with its State.
+_REMEMBERED: dict[int, tuple] = {}
+
+
 def remember_leaves(state: State, key: tp.Any, leaves: tp.Sequence[tp.Any]) -> None:
     """Records that ``state`` (just built, unshared) holds ``leaves`` in ``key``'s order."""
-    state.__dict__["_nnx_leaves"] = (_EDITS[0], key, leaves)
+    i = id(state)
+
+    def forget(_: object) -> None:
+        _REMEMBERED.pop(i, None)
+
+    _REMEMBERED[i] = (weakref.ref(state, forget), _EDITS[0], key, leaves)
 
 
 def remembered_leaves(state: State, key: tp.Any) -> tp.Sequence[tp.Any] | None:
     """The leaves :func:`remember_leaves` recorded for ``key``, while still valid."""
-    got = state.__dict__.get("_nnx_leaves")
-    if got is not None and got[1] is key and got[0] == _EDITS[0]:
-        return got[2]
+    got = _REMEMBERED.get(id(state))
+    if got is not None and got[2] is key and got[1] == _EDITS[0] and got[0]() is state:
+        return got[3]
     return None
 
 
