@@ -35,6 +35,7 @@ from flaxen import traceback_util
 from flaxen.errors import GraphStateMismatchError, NNXFilterError, NotAGraphNodeError
 from flaxen.nnx import _codegen, _graphdef, filterlib
 from flaxen.nnx import _graph_engine as eng
+from flaxen.nnx import _node_protocol as _proto
 from flaxen.nnx import reprlib as _reprlib
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graphdef import NodeDef, PytreeType, Static, VariableDef
@@ -275,8 +276,12 @@ def compose_mapping_reversed(map_ab: tp.Mapping[tp.Any, tp.Any],
 
 
 def _leaves_from_states(defs: tuple, states: tp.Sequence[tp.Mapping], what: str,
-                        allow_missing: bool = False) -> list:
-    """Values for each leaf of ``defs`` (walk order), looked up along the graph's paths."""
+                        allow_missing: bool = False, extras: dict | None = None) -> list:
+    """Values for each leaf of ``defs`` (walk order), looked up along the graph's paths.
+
+    With ``extras`` (a dict), the state entries the graph has no Variable or node for are
+    collected there instead of refused: ``{(node path, key): (value, static def or None)}``,
+    later states winning."""
     leaves: list = []
     raw = [s._mapping if isinstance(s, State) else s for s in states]
 
@@ -306,7 +311,9 @@ def _leaves_from_states(defs: tuple, states: tp.Sequence[tp.Mapping], what: str,
                 if type(s) is not Static:  # a state entry at a static one is extra
                     names.add(k)
                 walk(s, sub(ms, k), (*path, k))
-            if not allow_missing:
+            if extras is not None:
+                _collect_extra(ms, names, d, path, extras)
+            elif not allow_missing:
                 _check_extra(ms, names, path, what)
 
     for d in defs:
@@ -324,6 +331,45 @@ def _check_extra(ms: list, names: set, path: tuple, what: str) -> None:
                 eng.path_str((*path, extra[0])), f"nnx.{what}: the state has an entry here "
                 f"that the graph definition does not have (it has {sorted(map(str, names))} "
                 f"at {eng.path_str(path)})")
+
+
+def _collect_extra(ms: list, names: set, d: NodeDef, path: tuple, extras: dict) -> None:
+    for m in ms:
+        if not isinstance(m, dict) or (len(m) <= len(names) and names.issuperset(m)):
+            continue
+        statics = {k: s for k, s in d.attributes if type(s) is Static}
+        for k, v in m.items():
+            if k not in names:
+                extras[(path, k)] = (v._mapping if isinstance(v, State) else v,
+                                     statics.get(k))
+
+
+def _write_extras(node: tp.Any, extras: dict) -> None:
+    """Puts the state entries the graph had no Variable for into ``node``, as Flax does: a
+    raw value replaces a static attribute or item, a new key is added (a Variable as a copy
+    of it); a Variable where the graph holds a static value is refused."""
+    for (path, key), (value, static) in extras.items():
+        where = eng.path_str((*path, key))
+        if static is not None and isinstance(value, (Variable, dict)):
+            raise GraphStateMismatchError(
+                where, f"nnx.update: the state has a {type(value).__name__} here, but the "
+                f"graph holds a static value ({static.get()!r}), not a Variable or a node",
+                "Give a plain value to replace a static attribute, or build the model with "
+                "this Variable in place before updating it.")
+        target = node
+        for k in path:
+            target = dict(_proto.children(target) or ())[k]
+        if isinstance(value, Variable):
+            value = value.copy()
+        elif type(value) is dict:
+            value = State._from_raw(value)
+        if isinstance(target, GraphNode):  # as an assignment: a Pytree's checks and status
+            setattr(target, str(key) if type(target)._graph_int_keys else key, value)
+        elif not _proto.set_child(target, key, value):
+            raise GraphStateMismatchError(
+                where, f"nnx.update: the state has an entry here that the graph does not, "
+                f"and the {type(target).__name__} at {eng.path_str(path)} cannot take new "
+                "entries", "Update an object that has this entry, or drop it from the state.")
 
 
 _NONE = object()
@@ -353,10 +399,13 @@ def update(node: Node, state: tp.Mapping, /, *states: tp.Mapping) -> None:
     _check_node(node, "update")
     fg = flatten_node(node)
     leaves = _lookup(fg, state) if not states else None
+    extras: dict = {}
     if leaves is None:
         leaves = _leaves_from_states(fg.graphdef.defs, (state, *states), "update",
-                                     allow_missing=True)
+                                     allow_missing=True, extras=extras)
     if not fg.has_arrays and _write_plain(fg.leaves, leaves):
+        if extras:
+            _write_extras(node, extras)
         return
     arrays = False
     for var, leaf in zip(fg.leaves, leaves):
@@ -384,6 +433,8 @@ def update(node: Node, state: tp.Mapping, /, *states: tp.Mapping) -> None:
         leaves = [old if new is eng.MISSING and not isinstance(old, Variable) else new
                   for old, new in zip(fg.leaves, leaves)]
         eng.unflatten(fg.defs, leaves, dict(enumerate(fg.refs)))
+    if extras:
+        _write_extras(node, extras)
 
 
 # A leaf type's kind for _write_plain: 0 a VariableState, 1 a plain Variable subclass, 2 any

@@ -34,7 +34,8 @@ import numpy as np
 
 from flaxen.nnx import _trace
 from flaxen.nnx import variablelib as variables
-from flaxen.nnx.variablelib import MISSING, Variable, VariableMeta, _own_metadata, is_array_ref
+from flaxen.nnx._variable_pytree import own_metadata as _own_metadata
+from flaxen.nnx.variablelib import MISSING, Variable, VariableMeta, is_array_ref
 
 A = tp.TypeVar("A")
 _TYPE_KEY = "_var_type"  # hidden metadata entry: the Variable type a HijaxVariable stands for

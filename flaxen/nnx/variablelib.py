@@ -34,7 +34,7 @@ import warnings
 import jax
 
 from flaxen.errors import InvalidNNXValueError, TraceContextError
-from flaxen.nnx import _trace, _treescope
+from flaxen.nnx import _trace, _treescope, _variable_pytree
 from flaxen.nnx import reprlib as _reprlib
 from flaxen.nnx._creation_defaults import (
     VARIABLE_CONTEXT,
@@ -47,6 +47,7 @@ from flaxen.nnx._creation_defaults import (
 )
 from flaxen.nnx._creation_defaults import _current as _default_mode
 from flaxen.nnx._variable_ops import ArrayOps
+from flaxen.nnx._variable_pytree import own_metadata as _own_metadata
 from flaxen.nnx._variable_state import (
     VariableState,
     _leaves_equal,
@@ -299,7 +300,7 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
     def __init_subclass__(cls, **kwargs: tp.Any) -> None:
         super().__init_subclass__(**kwargs)
         cls._class_hooks = tuple(name for name in _ON_NAMES if hasattr(cls, name))
-        _register_variable_pytree(cls)
+        _variable_pytree.register(cls)
 
     def __init__(
         self,
@@ -821,121 +822,7 @@ def _axis_args(a: tp.Any, b: tp.Any) -> tuple[tp.Any, tp.Any]:
     return a, b
 
 
-class _VarAux(tuple):
-    """Tree-structure data of a Variable pytree: ``(type, sorted metadata items)``.
-
-    A tuple, so ``jax.jit``'s cache hashes and compares it in C on every call; the metadata
-    dict itself rides along as an attribute for unflatten. Each Variable keeps the last aux
-    it flattened to (``_var_aux``) and reuses it while its metadata is unchanged, so a
-    Variable that came out of a jitted call flattens back to the very object jit cached.
-    """
-
-    metadata: dict
-
-    def __new__(cls, typ: type, metadata: dict) -> _VarAux:
-        items = tuple(sorted(metadata.items(), key=_first))
-        try:
-            hash(items)
-        except TypeError:  # an unhashable metadata value: compare by type and dict instead
-            aux: _VarAux = tuple.__new__(_UnhashableVarAux, (typ, items))
-        else:
-            aux = tuple.__new__(cls, (typ, items))
-        aux.metadata = metadata
-        return aux
-
-    @property
-    def type(self) -> type:
-        return self[0]
-
-    def __repr__(self) -> str:
-        return repr(self[1])
-
-
-class _UnhashableVarAux(_VarAux):
-    def __hash__(self) -> int:  # type: ignore[override]
-        return hash(self[0])
-
-    def __eq__(self, other: object) -> bool:
-        return self is other or (isinstance(other, _VarAux) and self[0] is other[0]
-                                 and self.metadata == other.metadata)
-
-
-def _first(item: tuple) -> tp.Any:
-    return item[0]
-
-
-def _own_metadata(v: Variable) -> dict:
-    """``v``'s metadata dict for an in-place write: a Variable built by unflatten shares its
-    aux's dict (with every other Variable built from the same aux, and with jax.jit's cache
-    key), so it gets a copy of its own first."""
-    meta = v._var_metadata
-    try:
-        shared = meta is v._var_aux.metadata
-    except AttributeError:  # never flattened: its dict is its own
-        return meta
-    if shared:
-        meta = dict(meta)
-        _set_meta(v, meta)
-    return meta
-
-
-def _aux_of(v: Variable) -> _VarAux:
-    try:
-        aux = v._var_aux
-        if aux.metadata == v._var_metadata:
-            return aux
-    except Exception:  # never flattened yet, or metadata values that refuse == (arrays)
-        pass
-    aux = _VarAux(type(v), dict(v._var_metadata))
-    _set_aux(v, aux)
-    return aux
-
-
-def _var_flatten(v: Variable) -> tuple[tuple, _VarAux]:
-    # _aux_of inlined: this runs for every Variable of every jitted call's arguments
-    try:
-        aux = v._var_aux
-        meta = v._var_metadata
-        if aux.metadata is meta or aux.metadata == meta:
-            return (v.raw_value,), aux
-    except Exception:
-        pass
-    return (v.raw_value,), _aux_of(v)
-
-
-_VALUE_KEY = jax.tree_util.GetAttrKey("value")
-
-
-def _var_flatten_with_keys(v: Variable) -> tuple[tuple, _VarAux]:
-    return ((_VALUE_KEY, v.raw_value),), _aux_of(v)
-
-
-def _var_unflatten(aux: _VarAux, children: tp.Sequence[tp.Any]) -> Variable:
-    var: Variable = _new(aux[0])
-    # the aux's own dict, shared until a write (_own_metadata): no copy per jitted output
-    _set_meta(var, aux.metadata)
-    _set_trace(var, _trace.current_trace())
-    _set_raw(var, children[0])
-    _set_aux(var, aux)
-    return var
-
-
-def _register_variable_pytree(cls: type) -> None:
-    # A Variable is a pytree whose one child is its value, so jax.numpy functions (which
-    # no longer call __jax_array__ while tracing) accept it: jnp.dot(x, module.kernel).
-    jax.tree_util.register_pytree_with_keys(
-        cls, _var_flatten_with_keys,
-        _var_unflatten,  # type: ignore[arg-type]  # jax passes the children as a tuple
-        flatten_func=_var_flatten)
-
-
-_register_variable_pytree(Variable)
-# the slots' own setters: unflatten runs once per Variable on every jitted call's output
-_new = object.__new__
-_set_meta = Variable._var_metadata.__set__  # type: ignore[attr-defined]
-_set_trace = Variable._trace_state.__set__  # type: ignore[attr-defined]
-_set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
-_set_aux = Variable._var_aux.__set__  # type: ignore[attr-defined]
+_variable_pytree.bind(Variable)
 
 
 class Param(Variable[A]):

@@ -29,10 +29,11 @@ from flaxen.experimental.nnx import filterlib as _filters
 from flaxen.experimental.nnx.transforms import jit, remat
 from flaxen.nnx import _lift, filterlib
 from flaxen.nnx._graphdef import var_def_paths
+from flaxen.nnx._variable_pytree import own_metadata as _own_metadata
 from flaxen.nnx.module import Module
 from flaxen.nnx.rnglib import RngKey, RngState
 from flaxen.nnx.transforms._mapped import DefView
-from flaxen.nnx.variablelib import Variable, _own_metadata
+from flaxen.nnx.variablelib import Variable
 
 PARTITION_NAME = "partition_name"
 _DEFAULT_STATE_AXES: tp.Mapping[filterlib.Filter, int | None] = {...: 0}

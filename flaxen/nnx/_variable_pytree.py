@@ -1,0 +1,154 @@
+"""How a Variable is a JAX pytree: one child (its value), and an aux that jit can cache.
+
+The aux is a :class:`_VarAux`, a tuple ``(type, sorted metadata items)`` that ``jax.jit``
+hashes and compares in C on every call, carrying the metadata dict for unflatten. Two reuses
+keep a jitted step's Python work small, each ended by the change it stands for:
+
+- a Variable keeps the aux it last flattened to (slot ``_var_aux``) while its metadata is
+  equal, so flattening it again builds nothing;
+- a Variable built by unflatten shares its aux's metadata dict until its first metadata
+  write: every in-place write goes through :func:`own_metadata`, which copies first.
+
+``variablelib`` calls :func:`bind` once with the Variable class (whose slots the setters
+here write) and :func:`register` for each subclass.
+"""
+
+from __future__ import annotations
+
+import typing as tp
+
+import jax
+
+from flaxen.nnx import _trace
+
+
+class _VarAux(tuple):
+    """Tree-structure data of a Variable pytree: ``(type, sorted metadata items)``.
+
+    A tuple, so ``jax.jit``'s cache hashes and compares it in C on every call; the metadata
+    dict itself rides along as an attribute for unflatten. Each Variable keeps the last aux
+    it flattened to (``_var_aux``) and reuses it while its metadata is unchanged, so a
+    Variable that came out of a jitted call flattens back to the very object jit cached.
+    """
+
+    metadata: dict
+
+    def __new__(cls, typ: type, metadata: dict) -> _VarAux:
+        items = tuple(sorted(metadata.items(), key=_first))
+        try:
+            hash(items)
+        except TypeError:  # an unhashable metadata value: compare by type and dict instead
+            aux: _VarAux = tuple.__new__(_UnhashableVarAux, (typ, items))
+        else:
+            aux = tuple.__new__(cls, (typ, items))
+        aux.metadata = metadata
+        return aux
+
+    @property
+    def type(self) -> type:
+        return self[0]
+
+    def __repr__(self) -> str:
+        return repr(self[1])
+
+
+class _UnhashableVarAux(_VarAux):
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(self[0])
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, _VarAux) and self[0] is other[0]
+                                 and self.metadata == other.metadata)
+
+
+def _first(item: tuple) -> tp.Any:
+    return item[0]
+
+
+def own_metadata(v: tp.Any) -> dict:
+    """``v``'s metadata dict for an in-place write: a Variable built by unflatten shares its
+    aux's dict (with every other Variable built from the same aux, and with jax.jit's cache
+    key), so it gets a copy of its own first."""
+    meta = v._var_metadata
+    try:
+        shared = meta is v._var_aux.metadata
+    except AttributeError:  # never flattened: its dict is its own
+        return meta
+    if shared:
+        meta = dict(meta)
+        _set_meta(v, meta)
+    return meta
+
+
+def _aux_of(v: tp.Any) -> _VarAux:
+    try:
+        aux = v._var_aux
+        if aux.metadata == v._var_metadata:
+            return aux
+    except Exception:  # never flattened yet, or metadata values that refuse == (arrays)
+        pass
+    aux = _VarAux(type(v), dict(v._var_metadata))
+    _set_aux(v, aux)
+    return aux
+
+
+def _flatten(v: tp.Any) -> tuple[tuple, _VarAux]:
+    # _aux_of inlined: this runs for every Variable of every jitted call's arguments
+    try:
+        aux = v._var_aux
+        meta = v._var_metadata
+        if aux.metadata is meta or aux.metadata == meta:
+            return (v.raw_value,), aux
+    except Exception:
+        pass
+    return (v.raw_value,), _aux_of(v)
+
+
+_VALUE_KEY = jax.tree_util.GetAttrKey("value")
+
+
+def _flatten_with_keys(v: tp.Any) -> tuple[tuple, _VarAux]:
+    return ((_VALUE_KEY, v.raw_value),), _aux_of(v)
+
+
+def _unflatten(aux: _VarAux, children: tp.Sequence[tp.Any]) -> tp.Any:
+    var = _new(aux[0])
+    # the aux's own dict, shared until a write (own_metadata): no copy per jitted output
+    _set_meta(var, aux.metadata)
+    _set_trace(var, _trace.current_trace())
+    _set_raw(var, children[0])
+    _set_aux(var, aux)
+    return var
+
+
+def register(cls: type) -> None:
+    """Registers Variable class ``cls`` (each subclass too) as a pytree."""
+    # A Variable is a pytree whose one child is its value, so jax.numpy functions (which
+    # no longer call __jax_array__ while tracing) accept it: jnp.dot(x, module.kernel).
+    jax.tree_util.register_pytree_with_keys(
+        cls, _flatten_with_keys,
+        _unflatten,  # type: ignore[arg-type]  # jax passes the children as a tuple
+        flatten_func=_flatten)
+
+
+def _unbound(obj: tp.Any, value: tp.Any) -> None:
+    raise RuntimeError("_variable_pytree.bind(Variable) has not run")
+
+
+# the slots' own setters (bound to Variable's slots by bind): unflatten runs once per
+# Variable on every jitted call's output
+_new = object.__new__
+_set_meta: tp.Callable[[tp.Any, tp.Any], None] = _unbound
+_set_trace: tp.Callable[[tp.Any, tp.Any], None] = _unbound
+_set_raw: tp.Callable[[tp.Any, tp.Any], None] = _unbound
+_set_aux: tp.Callable[[tp.Any, tp.Any], None] = _unbound
+
+
+def bind(variable: type) -> None:
+    """Takes the slot setters of ``variable`` (the Variable class) and registers it."""
+    global _set_meta, _set_trace, _set_raw, _set_aux
+    _set_meta = variable._var_metadata.__set__  # type: ignore[attr-defined]
+    _set_trace = variable._trace_state.__set__  # type: ignore[attr-defined]
+    _set_raw = variable.raw_value.__set__  # type: ignore[attr-defined]
+    _set_aux = variable._var_aux.__set__  # type: ignore[attr-defined]
+    register(variable)
