@@ -180,7 +180,19 @@ def is_graph_node(x: tp.Any) -> bool:
 
 # -- graph definitions ---------------------------------------------------------------------
 
-class GraphDef(_graphdef.GraphDef[Node]):
+class _GraphDefMeta(type):
+    # Flax has one GraphDef class for both modes; flaxen's tree-mode definition is a class of
+    # its own (TreeGraphDef), so ``isinstance(gd, nnx.GraphDef)`` answers True for it too.
+    def __instancecheck__(cls, obj: tp.Any) -> bool:
+        return type.__instancecheck__(cls, obj) or (
+            cls is GraphDef and isinstance(obj, TreeGraphDef))
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return type.__subclasscheck__(cls, sub) or (
+            cls is GraphDef and issubclass(sub, TreeGraphDef))
+
+
+class GraphDef(_graphdef.GraphDef[Node], metaclass=_GraphDefMeta):
     """The static half of a graph-mode split (hashable, a pytree without leaves).
 
     ``nodes`` are the root definitions (nested :class:`NodeDef` trees, not Flax's flat list;
@@ -741,7 +753,7 @@ class _Call:
         for n in self._names:
             fn = fn[n[1]] if isinstance(n, tuple) else getattr(fn, n)
         out = fn(*args, **kwargs)
-        return out, split(node, graph=isinstance(self._graphdef, GraphDef))
+        return out, split(node, graph=not isinstance(self._graphdef, TreeGraphDef))
 
 
 def call(graphdef_state: tuple[tp.Any, tp.Any], /) -> tp.Any:

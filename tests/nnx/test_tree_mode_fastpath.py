@@ -275,3 +275,16 @@ def test_variable_treedefs_equal_by_metadata_not_order():
     unhashable = nnx.Param(jnp.ones(2), names=["a"])
     assert jax.tree_util.tree_structure(unhashable) == jax.tree_util.tree_structure(
         nnx.Param(jnp.ones(2), names=["a"]))
+
+
+def test_tree_mode_graphdef_is_an_nnx_graphdef():
+    # Flax has one GraphDef class for both modes: code checks isinstance(gd, nnx.GraphDef)
+    model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    tree_gd, _ = nnx.split(model, graph=False)
+    graph_gd, _ = nnx.split(model)
+    assert isinstance(tree_gd, nnx.GraphDef) and isinstance(graph_gd, nnx.GraphDef)
+    assert issubclass(type(tree_gd), nnx.GraphDef)
+    assert not isinstance(model, nnx.GraphDef)
+    # a tree-mode definition still round-trips in tree mode through the call API
+    out, (gd, _) = nnx.call(nnx.split(model, graph=False))(jnp.ones((1, 2)))
+    assert type(gd) is type(tree_gd)
