@@ -34,19 +34,6 @@ def _check_annotations(cls: type) -> None:
         raise errors.ReservedModuleAttributeError(annotations)
 
 
-def _compact_method_names(cls: type) -> list[str]:
-    names = []
-    seen = set()
-    for klass in cls.__mro__:
-        for attr, value in klass.__dict__.items():
-            if attr in seen:
-                continue
-            seen.add(attr)
-            if getattr(value, "compact", False) is True and callable(value):
-                names.append(attr)
-    return names
-
-
 def _generate_init(cls: Any, fields: list[dataclasses.Field]) -> Any:
     """An ``__init__`` equivalent to the dataclass one, writing to ``__dict__`` directly."""
     globs: dict[str, Any] = {"_MISSING": _MISSING}
@@ -195,9 +182,9 @@ def make_dataclass(cls: Any, kw_only: bool = False) -> None:
 
 def transform_subclass(cls: Any, kw_only: bool, base_names: frozenset) -> None:
     """The whole ``__init_subclass__`` work: checks, dataclass, method wrapping."""
+    # several @compact methods are allowed, as in today's Flax: their submodules share one
+    # auto-naming count (Dense_0 in one, Dense_1 in the next)
     _check_annotations(cls)
-    if len(_compact_method_names(cls)) > 1:
-        raise errors.MultipleMethodsCompactError()
     make_dataclass(cls, kw_only=kw_only)
     for attr, value in list(cls.__dict__.items()):
         if attr == "setup":

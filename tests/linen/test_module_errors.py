@@ -21,16 +21,19 @@ def test_reserved_module_attribute_error():
             name: str = "x"
 
 
-def test_multiple_methods_compact_error_at_class_creation():
-    with pytest.raises(errors.MultipleMethodsCompactError):
-        class Bad(nn.Module):
-            @nn.compact
-            def a(self, x):
-                return x
+def test_several_compact_methods_share_one_naming_count():
+    # today's Flax allows several @compact methods (MultipleMethodsCompactError is unused)
+    class Two(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return self.other(nn.Dense(1)(x))
 
-            @nn.compact
-            def b(self, x):
-                return x
+        @nn.compact
+        def other(self, x):
+            return nn.Dense(1)(x)
+
+    params = Two().init(jax.random.key(0), jnp.ones((1, 1)))["params"]
+    assert sorted(params) == ["Dense_0", "Dense_1"]
 
 
 def test_incorrect_post_init_override_error():

@@ -202,3 +202,24 @@ def test_tabulate_matches_flax_text():
     theirs = class_theirs().tabulate(KEY, jnp.ones((2, 6)), **kw)
     assert [line.rstrip() for line in ours.strip().splitlines()] == [
         line.rstrip() for line in theirs.strip().splitlines()]
+
+
+def _two_compact_methods(nn):
+    class Two(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return self.other(nn.Dense(2)(x))
+
+        @nn.compact
+        def other(self, x):
+            return nn.Dense(1)(x)
+
+    return Two().init(KEY, jnp.ones((1, 3)))["params"]
+
+
+def test_two_compact_methods_same_tree_as_flax():
+    # today's Flax allows several @compact methods; their submodules share one naming count
+    ours, theirs = _two_compact_methods(flaxen_nn), _two_compact_methods(flax_nn)
+    assert sorted(ours) == sorted(theirs) == ["Dense_0", "Dense_1"]
+    for a, b in zip(jax.tree.leaves(dict(ours)), jax.tree.leaves(dict(theirs))):
+        np.testing.assert_array_equal(a, b)
