@@ -172,7 +172,7 @@ def make_states_fn(defs: tuple, variables: bool = False) -> tp.Callable[[list], 
         return name
 
     root = emit(trie or {})
-    # the leaves in this definition's order, for a merge/update of this same State
+    # the leaves in this definition's order, for a merge of this same State
     ln.append(f"_remember({root}, {src.const(defs)}, _tuple(vs))")
     ln.append(f"return {root}")
     return src.compile("states_from_vars", "vs", _COMMON_ENV)

@@ -39,7 +39,7 @@ from flaxen.nnx import _node_protocol as _proto
 from flaxen.nnx import reprlib as _reprlib
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graphdef import NodeDef, PytreeType, Static, VariableDef
-from flaxen.nnx.statelib import State, remembered_leaves
+from flaxen.nnx.statelib import State
 from flaxen.nnx.variablelib import EMPTY, Variable, VariableState, _make_state
 
 __all__ = [
@@ -521,10 +521,6 @@ _SEEN = object()
 def _lookup(fg: eng.FlatGraph, state: tp.Any) -> list | None:
     """The leaves of ``fg`` read out of ``state`` by code generated for the walk's paths
     (from its second use), or None: not a State with exactly those paths, or no code."""
-    if type(state) is State:
-        got = remembered_leaves(state, fg.graphdef.defs)
-        if got is not None:
-            return got  # type: ignore[return-value]  # read only, as the lookup's list
     fn = fg.lookup
     if fn is None:
         fg.lookup = _SEEN

@@ -217,7 +217,7 @@ class State(MutableMapping, _reprlib.Representable):
 
 # -- remembered leaves ----------------------------------------------------------------------
 # ``nnx.split`` knows the leaves of the State it builds, in its graph definition's order;
-# ``nnx.merge``/``nnx.update`` of that same, unchanged State reuse them instead of walking
+# ``nnx.merge`` of that same, unchanged State reuses them instead of walking
 # it again. "Unchanged" is kept coarse and cheap: every write to any State (item set or
 # delete, or handing out its raw dict) counts as an edit, and a remembered list only holds
 # while no edit happened since it was recorded.

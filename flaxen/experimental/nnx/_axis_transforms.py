@@ -32,7 +32,7 @@ from flaxen.nnx._graphdef import var_def_paths
 from flaxen.nnx._variable_pytree import own_metadata as _own_metadata
 from flaxen.nnx.module import Module
 from flaxen.nnx.rnglib import RngKey, RngState
-from flaxen.nnx.transforms._mapped import DefView
+from flaxen.nnx.transforms._mapped import DefView, _from_axis0
 from flaxen.nnx.variablelib import Variable
 
 PARTITION_NAME = "partition_name"
@@ -274,14 +274,6 @@ def _move_out_axes(ys: tp.Any, out_axes: tp.Any) -> tp.Any:
         return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, ax), y)
 
     return jax.tree_util.tree_map(move, out_axes, ys)
-
-
-def _from_axis0(x: tp.Any, axis: tp.Any) -> tp.Any:
-    if axis is None:
-        return jax.tree_util.tree_map(lambda a: a[0], x)
-    if axis == 0:
-        return x
-    return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, axis), x)
 
 
 def _to_axis0(x: tp.Any, axis: int) -> tp.Any:
