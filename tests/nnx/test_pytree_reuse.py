@@ -2,7 +2,7 @@
 
 A Variable keeps the aux it last flattened to while its metadata is unchanged; a State
 remembers its key order per key set; a State built by ``nnx.split`` remembers its leaves
-for ``merge``/``update`` until any State is edited. Each reuse must give exactly what the
+for ``merge`` until any State is edited. Each reuse must give exactly what the
 slow path gives, and stop as soon as the thing it stands for changes.
 """
 
