@@ -263,9 +263,10 @@ def write_target(target: Target, filled: dict[tuple, Any]) -> Any:
                 node = node.setdefault(k, {})
             node[full[-1]] = filled.get(full, old)
         return out
+    from flaxen.nnx._snapshots import SNAPSHOT_TYPES
     from flaxen.nnx.graph import state, update
     from flaxen.nnx.statelib import State
-    from flaxen.nnx.variablelib import Variable, VariableState
+    from flaxen.nnx.variablelib import Variable
 
     is_state = target.flavour == "nnx_state"
     src = (target.original if is_state else state(target.original)).flat_state()  # type: ignore[union-attr]
@@ -275,10 +276,8 @@ def write_target(target: Target, filled: dict[tuple, Any]) -> Any:
         if new is _MISSING:
             items.append((full, leaf))
             continue
-        if isinstance(leaf, VariableState):
-            new = VariableState(leaf.type, new, **leaf.get_metadata())
-        elif isinstance(leaf, Variable):  # today's State holds the Variables themselves
-            new = leaf.replace(new)
+        if isinstance(leaf, Variable) or type(leaf) in SNAPSHOT_TYPES:
+            new = leaf.replace(new)  # today's Variables, or a 0.8.3 face's snapshot
         items.append((full, new))
     new_state = State.from_flat_path(items)
     if is_state:

@@ -203,7 +203,6 @@ from flaxen.nnx.variablelib import (
     with_metadata,
 )
 
-VariableState = Variable  # today's State leaves are Variables (0.8.3's class: experimental)
 from flaxen.nnx.visualization import display
 from flaxen.nnx.summary import tabulate
 from flaxen.nnx._variable_names import (
@@ -266,6 +265,13 @@ _LAZY = {
 
 
 def __getattr__(name: str):
+    if name == "VariableState":  # as in Flax 0.12.8: an alias kept for old code, with a notice
+        import warnings
+
+        warnings.warn("nnx.VariableState was folded into nnx.Variable (a State's leaves are "
+                      "Variables); this name is an alias of Variable. Use nnx.Variable.",
+                      DeprecationWarning, stacklevel=2)
+        return Variable
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module 'flaxen.nnx' has no attribute {name!r}")

@@ -5,10 +5,11 @@ several tuple reads per object, which is most of a split+merge round trip. A def
 fixed, so once it has been used twice we compile one function for it that does nothing but
 the object creation: no dispatch, no recursion, constants bound as closure cells.
 
-The generated code never decides anything the interpreter in :mod:`flaxen.nnx.graph`
+The generated code never decides anything the interpreter in :mod:`flaxen.nnx._graph_engine`
 would decide differently. The merge function only accepts a State with exactly the keys
-the definition expects and :class:`VariableState` leaves; for anything else it returns
-:data:`MISS` and the caller takes the general path, which raises the usual errors.
+the definition expects and leaves of exactly the expected types (the definition's Variable
+classes, or one snapshot class of :mod:`flaxen.nnx._snapshots`); for anything else it
+returns :data:`MISS` and the caller takes the general path, which raises the usual errors.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from flaxen.nnx._graphdef import (
     var_def_paths,
 )
 from flaxen.nnx.statelib import State, remember_leaves
-from flaxen.nnx.variablelib import Variable, VariableState
+from flaxen.nnx.variablelib import Variable
 
 MISS = object()
 # Beyond this many objects the generated source gets large enough that compiling it costs
@@ -121,16 +122,12 @@ _COMMON_ENV = {
     "_type": type,
     "_tuple": tuple,
     "_map": map,
-    "_VS": VariableState,
     "_S": State,
     "_MISS": MISS,
     "_current_trace": _trace.current_trace,
     "_set_meta": Variable._var_metadata.__set__,  # type: ignore[attr-defined]
     "_set_trace": Variable._trace_state.__set__,  # type: ignore[attr-defined]
     "_set_raw": Variable.raw_value.__set__,  # type: ignore[attr-defined]
-    "_vs_type": VariableState.type.__set__,  # type: ignore[attr-defined]
-    "_vs_value": VariableState.value.__set__,  # type: ignore[attr-defined]
-    "_vs_meta": VariableState._var_metadata.__set__,  # type: ignore[attr-defined]
     # a State's storage: a slot or an instance attribute, object.__setattr__ sets either
     "_osa": object.__setattr__,
     "_list": list,
@@ -143,10 +140,23 @@ _COMMON_ENV = {
 }
 
 
-def make_states_fn(defs: tuple, variables: bool = False) -> tp.Callable[[list], State] | None:
-    """``fn(variables) -> State`` equal to what the interpreter's split builds, or None."""
+def _plain(t: type) -> bool:
+    # a Variable class whose value and metadata live in Variable's own slots (no hijax)
+    return (getattr(t, "_hijax_var_type", None) is None
+            and t.raw_value is Variable.raw_value  # type: ignore[attr-defined]
+            and t._var_metadata is Variable._var_metadata)  # type: ignore[attr-defined]
+
+
+def make_states_fn(defs: tuple, variables: bool = False, snapshot: type | None = None
+                   ) -> tp.Callable[[list], State] | None:
+    """``fn(variables) -> State`` equal to what the interpreter's split builds, or None.
+
+    The State holds the Variables themselves (``variables``), snapshots of class
+    ``snapshot``, or else new copies of the Variables."""
     vp = _var_paths(defs)
     if vp is None:
+        return None
+    if not variables and snapshot is None and not all(_plain(d.type) for _, d in vp):
         return None
     trie = _trie(p for p, _ in vp)
     if trie is None and vp:
@@ -156,12 +166,18 @@ def make_states_fn(defs: tuple, variables: bool = False) -> tp.Callable[[list], 
     n = len(vp)
     if n:
         ln.append(", ".join(f"v{i}" for i in range(n)) + ", = vs")
+    if not variables and snapshot is None:
+        ln.append("tr = _current_trace()")
     for i, (_, d) in enumerate(vp):
         if variables:  # today's States hold the Variables themselves
             ln.append(f"a{i} = v{i}")
-            continue
-        ln.append(f"a{i} = _new(_VS); _vs_type(a{i}, {src.const(d.type)}); "
-                  f"_vs_value(a{i}, v{i}.raw_value); _vs_meta(a{i}, _dict(v{i}._var_metadata))")
+        elif snapshot is not None:
+            ln.append(f"a{i} = {src.const(snapshot._from_parts)}({src.const(d.type)}, "  # type: ignore[attr-defined]
+                      f"v{i}.raw_value, v{i}._var_metadata)")
+        else:
+            ln.append(f"a{i} = _new({src.const(d.type)}); "
+                      f"_set_meta(a{i}, _dict(v{i}._var_metadata)); "
+                      f"_set_trace(a{i}, tr); _set_raw(a{i}, v{i}.raw_value)")
 
     def emit(node: dict) -> str:
         items = []
@@ -172,8 +188,8 @@ def make_states_fn(defs: tuple, variables: bool = False) -> tp.Callable[[list], 
         return name
 
     root = emit(trie or {})
-    # the leaves in this definition's order, for a merge of this same State
-    ln.append(f"_remember({root}, {src.const(defs)}, _tuple(vs))")
+    if variables:  # the leaves in this definition's order, for a merge of this same State
+        ln.append(f"_remember({root}, {src.const(defs)}, _tuple(vs))")
     ln.append(f"return {root}")
     return src.compile("states_from_vars", "vs", _COMMON_ENV)
 
@@ -264,8 +280,12 @@ def _is_mapping_type(t: type) -> bool:
 _LOOKUP_ENV = {**_COMMON_ENV, "_set": set, "_is_mapping_type": _is_mapping_type}
 
 
-def make_merge_fn(defs: tuple, variables: bool = False) -> tp.Callable[[State], tp.Any] | None:
-    """``fn(state) -> node`` (or :data:`MISS`) equal to the interpreter's merge, or None."""
+def make_merge_fn(defs: tuple, variables: bool = False, snapshot: type | None = None
+                  ) -> tp.Callable[[State], tp.Any] | None:
+    """``fn(state) -> node`` (or :data:`MISS`) equal to the interpreter's merge, or None.
+
+    The State's leaves are used as the Variables (``variables``), or new Variables are built
+    from them: from snapshots of class ``snapshot``, or else from Variables."""
     if len(defs) != 1 or type(defs[0]) is not NodeDef:
         return None
     vp = _var_paths(defs)
@@ -290,7 +310,7 @@ def make_merge_fn(defs: tuple, variables: bool = False) -> tp.Callable[[State], 
             if type(sub) is int:
                 ln.append(f"    l{sub} = {m}[{src.const(k)}]")
                 checked.append(f"l{sub}")
-                expected.append(vp[sub][1].type if variables else VariableState)
+                expected.append(snapshot or vp[sub][1].type)
             else:
                 child = src.fresh("m")
                 ln.append(f"    n{child} = {m}[{src.const(k)}]; {child} = n{child}._mapping")
@@ -328,9 +348,10 @@ def make_merge_fn(defs: tuple, variables: bool = False) -> tp.Callable[[State], 
             if variables:
                 alias[d.index] = f"l{i}"
                 return f"l{i}"
+            value = "value" if snapshot is not None else "raw_value"
             body.append(f"{o} = _new({src.const(d.type)}); "
                         f"_set_meta({o}, _dict(l{i}._var_metadata)); "
-                        f"_set_trace({o}, tr); _set_raw({o}, l{i}.value)")
+                        f"_set_trace({o}, tr); _set_raw({o}, l{i}.{value})")
             return o
         if d.type is not PytreeType:
             setter = _dict_setter(d.type)

@@ -41,8 +41,9 @@ from flaxen.nnx._graphdef import (
     freeze,
     thaw,
 )
+from flaxen.nnx._snapshots import SNAPSHOT_TYPES
 from flaxen.nnx.statelib import State, _sort_keys
-from flaxen.nnx.variablelib import Variable, VariableState
+from flaxen.nnx.variablelib import Variable
 
 _current_trace = _trace.current_trace
 _EPOCH = _trace._EPOCH
@@ -352,13 +353,15 @@ _MISSING_ATTR = object()
 
 
 def unflatten(defs: tuple, leaves: tp.Sequence[tp.Any],
-              idxmap: tp.Mapping[int, tp.Any] | None = None, recreate: bool = True
-              ) -> tuple[list, dict[int, tp.Any]]:
+              idxmap: tp.Mapping[int, tp.Any] | None = None, recreate: bool = True,
+              fresh: bool = False) -> tuple[list, dict[int, tp.Any]]:
     """Objects for ``defs``; ``leaves[i]`` is the value of the i-th leaf definition.
 
-    A leaf that is a :class:`VariableState` also supplies its Variable's metadata; a leaf
-    that is :data:`MISSING` keeps the reused Variable's value. Objects whose definition
-    index is in ``idxmap`` are reused and updated in place; all others are built fresh.
+    A leaf that is a snapshot (:mod:`flaxen.nnx._snapshots`) also supplies its Variable's
+    metadata. A Variable leaf is used as it is, unless ``fresh``: then a new Variable takes
+    its value and metadata. A leaf that is :data:`MISSING` keeps the reused Variable's
+    value. Objects whose definition index is in ``idxmap`` are reused and updated in place;
+    all others are built fresh.
     With ``recreate=False`` (Flax's ``recreate_variables=False``) a leaf that is not a
     Variable is put in place as it is, not wrapped in a new Variable (reused Variables are
     still updated). Returns the roots and ``{index: object}`` for every shared object.
@@ -378,9 +381,11 @@ def unflatten(defs: tuple, leaves: tp.Sequence[tp.Any],
             pos[0] = i + 1
             leaf = leaves[i]
             if d.type is ArrayLeaf:
-                return leaf.value if type(leaf) is VariableState else leaf
-            if type(leaf) is VariableState:
+                return leaf.value if type(leaf) in SNAPSHOT_TYPES else leaf
+            if type(leaf) in SNAPSHOT_TYPES:
                 value, meta = leaf.value, leaf._var_metadata
+            elif fresh and isinstance(leaf, Variable):  # copying ops: new Variables
+                value, meta = leaf.raw_value, leaf._var_metadata
             elif isinstance(leaf, Variable):  # today's states hold the Variables: use them
                 var = reuse.get(d.index) if reuse else None
                 if var is None or var is leaf or type(var) is not type(leaf):

@@ -1,14 +1,15 @@
-"""Copying graph operations: split a graph into a definition and a State of snapshots.
+"""Copying graph operations: split a graph into a definition and a State of copies.
 
 Today's ``nnx.split`` puts the Variables themselves into its State; the operations here put
-*snapshots* (``VariableState``: value + metadata, detached from the object graph) instead, so
-the State can be changed, traced or stored without touching the objects. ``merge`` builds new
-objects; ``update`` writes snapshots (or Variables, or raw values) back in place. Code inside
-``flaxen.nnx`` that needs an independent copy (recurrent cells inside ``lax.scan``, abstract
-models, the Linen bridge, tabulate, EMA) uses these; ``flaxen.experimental.nnx.graph`` (the
-Flax 0.8.3 face) publishes them under its names. The face-neutral helpers both faces share
-(``RefMap``, ``is_node``, State nesting, looking up leaves along graph paths, writing leaves
-back) live here too.
+*copies* instead (new Variables detached from the object graph, or, given ``snapshot=cls``,
+snapshots of a class registered in :mod:`flaxen.nnx._snapshots`), so the State can be changed,
+traced or stored without touching the objects. ``merge`` builds new objects; ``update``
+writes Variables, snapshots or raw values back in place. Code inside ``flaxen.nnx`` that needs
+an independent copy (recurrent cells inside ``lax.scan``, abstract models, the Linen bridge,
+tabulate, EMA) uses these; ``flaxen.experimental.nnx.graph`` (the Flax 0.8.3 face) publishes
+them under its names with its ``VariableState`` as the snapshot class. The face-neutral
+helpers both faces share (``RefMap``, ``is_node``, State nesting, looking up leaves along
+graph paths, writing leaves back) live here too.
 
 >>> from flaxen import nnx
 >>> from flaxen.nnx import _graph_ops as ops
@@ -17,6 +18,8 @@ back) live here too.
 >>> copy = ops.merge(graphdef, state)
 >>> copy is model, bool((copy.kernel.value == model.kernel.value).all())
 (False, True)
+>>> state['kernel'] is model.kernel, type(state['kernel']).__name__
+(False, 'Param')
 >>> sorted(ops.split(model, nnx.Param, ...)[1].flat_state())
 [('bias',), ('kernel',)]
 """
@@ -27,20 +30,22 @@ import collections
 import itertools
 import operator
 import typing as tp
+import weakref
 from collections.abc import MutableMapping
 
 import jax
 
 from flaxen import traceback_util
 from flaxen.errors import GraphStateMismatchError, NNXFilterError, NotAGraphNodeError
-from flaxen.nnx import _codegen, _graphdef, filterlib
+from flaxen.nnx import _codegen, _graphdef, _trace, filterlib
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import _node_protocol as _proto
 from flaxen.nnx import reprlib as _reprlib
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graphdef import NodeDef, PytreeType, Static, VariableDef
+from flaxen.nnx._snapshots import SNAPSHOT_TYPES
 from flaxen.nnx.statelib import State
-from flaxen.nnx.variablelib import EMPTY, Variable, VariableState, _make_state
+from flaxen.nnx.variablelib import EMPTY, Variable
 
 __all__ = [
     "GraphDef", "GraphNode", "PytreeType", "RefMap", "clone", "compose_mapping",
@@ -98,13 +103,23 @@ class _ApplyCaller:
         node = merge(self._graphdef, *self._states)
         fn = node if name is None else getattr(node, name)
         out = fn(*args, **kwargs)
-        return out, split(node)
+        # the new State holds the kind of leaves the given one held (snapshots stay snapshots)
+        return out, split(node, snapshot=_snapshot_class(self._states))
 
     def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tuple:
         return self._call(None, args, kwargs)
 
     def __getattr__(self, name: str) -> tp.Callable[..., tuple]:
         return lambda *args, **kwargs: self._call(name, args, kwargs)
+
+
+def _snapshot_class(states: tp.Iterable[tp.Any]) -> type | None:
+    """The snapshot class the first snapshot leaf of ``states`` has, or None (Variables)."""
+    for leaf in jax.tree_util.tree_leaves(
+            tuple(states), is_leaf=lambda x: type(x) in SNAPSHOT_TYPES):
+        if type(leaf) in SNAPSHOT_TYPES:
+            return type(leaf)
+    return None
 
 
 class RefMap(MutableMapping, _reprlib.MappingReprMixin):
@@ -167,30 +182,67 @@ def _check_node(node: tp.Any, fn: str) -> None:
             f"{type(node).__name__}")
 
 
-def _leaf_state(x: tp.Any) -> tp.Any:
+def _copy_variable(x: Variable) -> Variable:
+    """A new Variable of ``x``'s type holding its raw value and a copy of its metadata (a
+    ``jax.Ref`` inside stays shared, as the value of a snapshot would)."""
+    t = type(x)
+    if _kind(t) == 1:  # a plain Variable class: its slots are written directly
+        new = object.__new__(t)
+        _set_meta(new, dict(x._var_metadata))
+        _set_trace(new, _trace.current_trace())
+        _set_raw(new, x.raw_value)
+        return new
+    return x.copy(_copy_ref=False)
+
+
+def _leaf_copy(x: tp.Any, snapshot: type | None) -> tp.Any:
     if isinstance(x, Variable):
-        return _make_state(type(x), x.raw_value, x._var_metadata)
+        if snapshot is None:
+            return _copy_variable(x)
+        return snapshot._from_parts(type(x), x.raw_value, x._var_metadata)  # type: ignore[attr-defined]
     return x
 
 
-def _states_from_flat(fg: eng.FlatGraph, filters: tuple, exhaustive: bool = True
-                      ) -> tuple[State, ...]:
+# generated ``fn(variables) -> State of snapshots``, per definition and snapshot class
+_SNAPSHOT_FNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _generated(gd: GraphDef, snapshot: type | None, kind: str) -> tp.Any:
+    """The generated States (``kind='states'``) or merge function of ``gd`` for leaves of
+    ``snapshot`` (None: Variable copies), or None while uncompiled or when there is none."""
+    if snapshot is None:
+        fn = gd._states_fn if kind == "states" else gd._merge_fn
+        if fn is None and gd._uses < _COMPILE_AT:
+            gd._compile()
+        return fn
+    fns = _SNAPSHOT_FNS.get(gd)
+    if fns is None:
+        fns = _SNAPSHOT_FNS[gd] = {}
+    key = (snapshot, kind)
+    if key not in fns:
+        if gd._uses < _COMPILE_AT:
+            gd._compile()
+            return None
+        fns[key] = (_codegen.make_states_fn(gd.defs, snapshot=snapshot) if kind == "states"
+                    else _codegen.make_merge_fn(gd.defs, snapshot=snapshot))
+    return fns[key]
+
+
+def _states_from_flat(fg: eng.FlatGraph, filters: tuple, exhaustive: bool = True,
+                      snapshot: type | None = None) -> tuple[State, ...]:
     leaves = fg.leaves
     paths = fg.paths
     if not filters:
-        gd = fg.graphdef
-        fn = gd._states_fn
+        fn = _generated(fg.graphdef, snapshot, "states")
         if fn is not None:
             return (fn(leaves),)
-        if gd._uses < _COMPILE_AT:
-            gd._compile()
-        return (_nest([(p, _leaf_state(v)) for p, v in zip(paths, leaves)]),)
+        return (_nest([(p, _leaf_copy(v, snapshot)) for p, v in zip(paths, leaves)]),)
     preds = filterlib.filters_to_predicates(filters)
     buckets: list[list] = [[] for _ in preds]
     for p, v in zip(paths, leaves):
         for i, pred in enumerate(preds):
             if pred(p, v):
-                buckets[i].append((p, _leaf_state(v)))
+                buckets[i].append((p, _leaf_copy(v, snapshot)))
                 break
         else:
             if exhaustive:
@@ -218,11 +270,12 @@ def _to_state(d: dict) -> State:
 
 
 @traceback_util.api_boundary
-def split(node: Node, *filters: filterlib.Filter) -> tuple:
-    """``(graphdef, state)`` or, with filters, ``(graphdef, state_1, ..., state_n)``."""
+def split(node: Node, *filters: filterlib.Filter, snapshot: type | None = None) -> tuple:
+    """``(graphdef, state)`` or, with filters, ``(graphdef, state_1, ..., state_n)``; the
+    States hold Variable copies, or snapshots of class ``snapshot``."""
     _check_node(node, "split")
     fg = flatten_node(node)
-    return (fg.graphdef, *_states_from_flat(fg, filters))
+    return (fg.graphdef, *_states_from_flat(fg, filters, snapshot=snapshot))
 
 
 @traceback_util.api_boundary
@@ -232,21 +285,23 @@ def graphdef(node: Node) -> GraphDef[Node]:
 
 
 @traceback_util.api_boundary
-def state(node: Node, *filters: filterlib.Filter) -> State | tuple[State, ...]:
+def state(node: Node, *filters: filterlib.Filter, snapshot: type | None = None
+          ) -> State | tuple[State, ...]:
     """The node's State, or one State per filter (variables matching none are left out)."""
     _check_node(node, "state")
     fg = flatten_node(node)
-    states = _states_from_flat(fg, filters, exhaustive=False)
+    states = _states_from_flat(fg, filters, exhaustive=False, snapshot=snapshot)
     return states[0] if len(states) == 1 else states
 
 
 @traceback_util.api_boundary
-def flatten(node: Node) -> tuple[GraphDef[Node], State, RefMap]:
+def flatten(node: Node, *, snapshot: type | None = None
+            ) -> tuple[GraphDef[Node], State, RefMap]:
     """``(graphdef, state, refmap)``: :func:`split` plus the map from each shared object
     (graph node or Variable) to its index in the definition."""
     _check_node(node, "flatten")
     fg = flatten_node(node)
-    return fg.graphdef, _states_from_flat(fg, ())[0], RefMap(
+    return fg.graphdef, _states_from_flat(fg, (), snapshot=snapshot)[0], RefMap(
         (obj, i) for i, obj in enumerate(fg.refs))
 
 
@@ -259,7 +314,7 @@ def unflatten(graphdef: GraphDef[Node], state: tp.Mapping, /, *,
         raise NotAGraphNodeError("", f"nnx.graph.unflatten expects a GraphDef first, got a "
                                  f"{type(graphdef).__name__}", "Pass the graphdef from split.")
     leaves = _leaves_from_states(graphdef.defs, (state,), "unflatten")
-    roots, built = eng.unflatten(graphdef.defs, leaves, idxmap)
+    roots, built = eng.unflatten(graphdef.defs, leaves, idxmap, fresh=True)
     return roots[0], built
 
 
@@ -376,21 +431,22 @@ _NONE = object()
 
 
 @traceback_util.api_boundary
-def merge(graphdef: GraphDef[Node], state: tp.Mapping, /, *states: tp.Mapping) -> Node:
-    """A fresh object graph from ``graphdef`` and the union of the states."""
+def merge(graphdef: GraphDef[Node], state: tp.Mapping, /, *states: tp.Mapping,
+          snapshot: type | None = None) -> Node:
+    """A fresh object graph from ``graphdef`` and the union of the states: new Variables
+    (never the State's own), so the result shares nothing with the State. ``snapshot``
+    names the snapshot class the States are expected to hold (None: Variables)."""
     if not isinstance(graphdef, _graphdef.GraphDef):
         raise NotAGraphNodeError("", f"nnx.merge expects a GraphDef first, got a "
                                  f"{type(graphdef).__name__}", "Pass the graphdef from split.")
     if not states and type(state) is State and type(graphdef) is GraphDef:
-        fn = graphdef._merge_fn
-        if fn is not None:
+        fn = _generated(graphdef, snapshot, "merge")
+        if fn:
             node = fn(state)
             if node is not _codegen.MISS:
                 return node
-        elif graphdef._uses < _COMPILE_AT:
-            graphdef._compile()
     leaves = _leaves_from_states(graphdef.defs, (state, *states), "merge")
-    return eng.unflatten(graphdef.defs, leaves)[0][0]
+    return eng.unflatten(graphdef.defs, leaves, fresh=True)[0][0]
 
 
 @traceback_util.api_boundary
@@ -415,7 +471,7 @@ def update(node: Node, state: tp.Mapping, /, *states: tp.Mapping) -> None:
             continue
         if not isinstance(var, Variable):
             arrays = True
-        elif isinstance(leaf, VariableState):
+        elif type(leaf) in SNAPSHOT_TYPES:
             object.__setattr__(var, "raw_value", leaf.value)
             if leaf._var_metadata != var._var_metadata:
                 object.__setattr__(var, "_var_metadata", dict(leaf._var_metadata))
@@ -437,12 +493,13 @@ def update(node: Node, state: tp.Mapping, /, *states: tp.Mapping) -> None:
         _write_extras(node, extras)
 
 
-# A leaf type's kind for _write_plain: 0 a VariableState, 1 a plain Variable subclass, 2 any
+# A leaf type's kind for _write_plain: 0 a snapshot, 1 a plain Variable subclass, 2 any
 # other value (a raw array), 3 one the general loop must handle (a hijax Variable, or a
 # class with its own raw_value / _var_metadata attribute: the slots are written directly).
 _KINDS: dict[type, int] = {}
 _set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
 _set_meta = Variable._var_metadata.__set__  # type: ignore[attr-defined]
+_set_trace = Variable._trace_state.__set__  # type: ignore[attr-defined]
 _get_raw = operator.attrgetter("raw_value")
 _get_value = operator.attrgetter("value")
 _get_meta = operator.attrgetter("_var_metadata")
@@ -454,7 +511,7 @@ def _kind(t: type) -> int:
     if k is None:
         if getattr(t, "_hijax_var_type", None) is not None:
             k = 3
-        elif issubclass(t, VariableState):
+        elif t in SNAPSHOT_TYPES:
             k = 0
         elif issubclass(t, Variable):
             plain = (t.raw_value is Variable.raw_value  # type: ignore[attr-defined]
@@ -468,7 +525,7 @@ def _kind(t: type) -> int:
 
 def _write_plain(variables: list, leaves: list) -> bool:
     """``update``'s writes when every target is a plain Variable and every leaf a Variable,
-    a VariableState or a raw value (what a State from split holds): the same writes as the
+    a snapshot or a raw value (what a State from split holds): the same writes as the
     general loop, with each type's kind looked up once instead of isinstance chains per
     leaf. False, with nothing written, when some pair needs the general loop."""
     # the distinct types are few: check those, not every pair
@@ -477,7 +534,7 @@ def _write_plain(variables: list, leaves: list) -> bool:
         return False
     missing = eng.MISSING
     if len(present) == 1 and 2 not in present:
-        # all Variables (or all VariableStates), as a State from split holds: the values are
+        # all Variables (or all snapshots), as a State from split holds: the values are
         # written by C-level maps, and the metadata compared as two lists (identity first)
         _run(map(_set_raw, variables, map(_get_raw if 1 in present else _get_value, leaves)))
         metas = list(map(_get_meta, leaves))
@@ -535,7 +592,8 @@ def _lookup(fg: eng.FlatGraph, state: tp.Any) -> list | None:
 
 
 @traceback_util.api_boundary
-def pop(node: Node, *filters: filterlib.Filter) -> State | tuple[State, ...]:
+def pop(node: Node, *filters: filterlib.Filter, snapshot: type | None = None
+        ) -> State | tuple[State, ...]:
     """Removes the Variables matching ``filters`` from ``node`` and returns them as States."""
     _check_node(node, "pop")
     if not filters:
@@ -548,7 +606,7 @@ def pop(node: Node, *filters: filterlib.Filter) -> State | tuple[State, ...]:
     for p, v in zip(fg.paths, fg.leaves):
         for i, pred in enumerate(preds):
             if pred(p, v):
-                buckets[i].append((p, _leaf_state(v)))
+                buckets[i].append((p, _leaf_copy(v, snapshot)))
                 removed.append(p)
                 break
     def attr(n: tp.Any, k: tp.Any) -> tp.Any:

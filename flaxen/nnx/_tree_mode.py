@@ -36,8 +36,9 @@ from flaxen.nnx import _codegen
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx._graph_walk import _check_tree, _key, _path_str, _tree_leaf
 from flaxen.nnx._graphdef import VariableDef
+from flaxen.nnx._snapshots import SNAPSHOT_TYPES
 from flaxen.nnx.statelib import FlatState, State
-from flaxen.nnx.variablelib import Variable, VariableState
+from flaxen.nnx.variablelib import Variable
 
 __all__ = ["TreeGraphDef", "TreeNodeDef", "tree_flatten_slow", "tree_unflatten"]
 
@@ -286,7 +287,7 @@ def tree_unflatten(graphdef: TreeGraphDef, leaves: tp.Sequence[tp.Any],
             leaf = leaves[d.index]
             if isinstance(leaf, Variable):
                 continue
-            if type(leaf) is VariableState:  # a snapshot: its own metadata
+            if type(leaf) in SNAPSHOT_TYPES:  # a snapshot: its own metadata
                 leaves[d.index] = d.type.from_metadata(leaf.value, dict(leaf._var_metadata))
             else:
                 leaves[d.index] = d.type.from_metadata(leaf, d.thawed_metadata())

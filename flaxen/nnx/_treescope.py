@@ -126,16 +126,6 @@ def variable_repr(var: Any, path: str | None, subtree_renderer: Any) -> Any:
         first_line_annotation=_comment(f" # {size}" if size else ""))
 
 
-def variable_state_repr(vs: Any, path: str | None, subtree_renderer: Any) -> Any:
-    """treescope rendering of a VariableState: the Variable type, value and metadata."""
-    from treescope import formatting_util
-
-    attributes = {"type": vs.type, "value": vs.value, **vs._var_metadata}
-    return render_object_constructor(
-        type(vs), attributes, path, subtree_renderer,
-        color=formatting_util.color_from_string(vs.type.__qualname__))
-
-
 class _NestedState:
     """A State inside a State, rendered as the plain dict of its entries (as Flax does)."""
 

@@ -35,7 +35,8 @@ Filter = tp.Union[type, str, Predicate, EllipsisType, bool, None, tp.Sequence[tp
 
 
 def _value_type(value: tp.Any) -> type:
-    # a VariableState (or any class marked `_stands_for_type`) stands for its `.type`
+    # a snapshot (any class marked `_stands_for_type`, as 0.8.3's VariableState) stands for
+    # its `.type`
     if getattr(type(value), "_stands_for_type", False):
         return value.type
     return type(value)
@@ -43,7 +44,7 @@ def _value_type(value: tp.Any) -> type:
 
 @dataclasses.dataclass(frozen=True, repr=False, eq=False)
 class OfType:
-    """Matches Variables (or VariableStates) of ``type`` or a subclass of it."""
+    """Matches Variables (or snapshots of them) of ``type`` or a subclass of it."""
 
     type: builtins.type
 

@@ -472,7 +472,7 @@ def variables(node: tp.Any, *filters: filterlib.Filter, graph: bool | None = Non
 def _as_variable(d: VariableDef, leaf: tp.Any) -> tp.Any:
     if isinstance(leaf, Variable) or d.type is _graphdef.ArrayLeaf:
         return leaf
-    return leaf  # a raw value or VariableState: the engine builds the Variable
+    return leaf  # a raw value or a snapshot: the engine builds the Variable
 
 
 class _NoState:

@@ -31,17 +31,15 @@ from flaxen.nnx._sharding import (
     get_logical_axis_rules,
     logical_axis_rules,
 )
-from flaxen.nnx.variablelib import Variable, VariableState, with_metadata
+from flaxen.nnx._snapshots import SNAPSHOT_TYPES
+from flaxen.nnx.variablelib import Variable, with_metadata
 
 A = tp.TypeVar("A")
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
 PARTITION_NAME = "partition_name"
 
-_VAR_TYPES = (Variable, VariableState)
-
-
 def _is_var(x: tp.Any) -> bool:
-    return isinstance(x, _VAR_TYPES)
+    return isinstance(x, Variable) or type(x) in SNAPSHOT_TYPES
 
 
 def _metadata(v: tp.Any) -> dict:
@@ -67,7 +65,7 @@ def _set_meta(v: tp.Any, **updates: tp.Any) -> None:
     if setter is not None and isinstance(v, Variable):
         setter(**updates)
     else:
-        v._var_metadata.update(updates)  # not a Variable (a 0.8.3 VariableState)
+        v._var_metadata.update(updates)  # a snapshot (the 0.8.3 face's VariableState)
 
 
 # -- annotations ------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """State: the nested, filterable mapping of Variables that ``nnx.split`` returns.
 
 Keys are attribute names (and list indices); leaves are Variables (today's ``flax.nnx``),
-:class:`VariableState` snapshots (the 0.8.3 face) or plain arrays after a user maps them
-away. A State is a pytree, so it passes straight into ``jax.jit``, ``jax.grad`` or Optax.
+snapshots (the 0.8.3 face's ``VariableState``, see :mod:`flaxen.nnx._snapshots`) or plain
+arrays after a user maps them away. A State is a pytree, so it passes straight into
+``jax.jit``, ``jax.grad`` or Optax.
 :class:`FlatState` is the sorted ``(path, leaf)`` sequence form; the module functions
 (``to_flat_state``, ``to_pure_dict``, ``replace_by_pure_dict``, ``diff`` ...) are
 ``nnx.statelib``'s.
@@ -32,7 +33,8 @@ from flaxen._tree_compare import check_restored
 from flaxen.errors import GraphStateMismatchError, NNXFilterError
 from flaxen.nnx import _treescope, filterlib
 from flaxen.nnx import reprlib as _reprlib
-from flaxen.nnx.variablelib import Variable, VariableState, _leaves_equal
+from flaxen.nnx._snapshots import SNAPSHOT_TYPES
+from flaxen.nnx.variablelib import Variable, _leaves_equal
 
 Key = tp.Hashable
 Path = tuple[Key, ...]
@@ -47,7 +49,7 @@ def _sort_keys(keys: tp.Iterable[Key]) -> list[Key]:
 
 
 class State(MutableMapping, _reprlib.Representable):
-    """A nested mapping from attribute names to sub-States and VariableStates.
+    """A nested mapping from attribute names to sub-States and Variables.
 
     Nested mappings become States; with ``_copy=False`` a ``dict`` is taken as the State's
     own storage, unconverted (changes to one show in the other), as in Flax.
@@ -281,7 +283,7 @@ def _split(state: State, filters: tuple, exhaustive: bool) -> tuple[State, ...]:
 
 
 def _describe(leaf: tp.Any) -> str:
-    if isinstance(leaf, (Variable, VariableState)):
+    if isinstance(leaf, Variable) or type(leaf) in SNAPSHOT_TYPES:
         return f"a {leaf.type.__name__}"
     return type(leaf).__name__
 
@@ -349,7 +351,7 @@ def _leaf_equal(a: tp.Any, b: tp.Any) -> bool:
     if isinstance(a, Variable) or isinstance(b, Variable):
         return (type(a) is type(b) and a.get_metadata() == b.get_metadata()
                 and _leaves_equal(a.get_raw_value(), b.get_raw_value()))
-    if isinstance(a, VariableState) or isinstance(b, VariableState):
+    if type(a) in SNAPSHOT_TYPES or type(b) in SNAPSHOT_TYPES:
         return a == b
     return _leaves_equal(a, b)
 
@@ -501,7 +503,7 @@ def map_state(f: tp.Callable[[Path, tp.Any], tp.Any], state: Mapping[Key, tp.Any
 def _extract(x: tp.Any) -> tp.Any:
     if isinstance(x, Variable):
         return x.get_value()
-    if isinstance(x, VariableState):
+    if type(x) in SNAPSHOT_TYPES:
         return x.value
     return x
 
@@ -556,7 +558,7 @@ def _nested_dict(items: tp.Iterable[tuple[Path, tp.Any]]) -> dict[Key, tp.Any]:
 
 
 def _replace_leaf(leaf: tp.Any, value: tp.Any) -> tp.Any:
-    if isinstance(leaf, (Variable, VariableState)):
+    if isinstance(leaf, Variable) or type(leaf) in SNAPSHOT_TYPES:
         return leaf.replace(value)
     return value
 

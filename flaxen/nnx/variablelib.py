@@ -5,8 +5,9 @@ the value is for: :class:`Param` (trainable), :class:`BatchStat`, :class:`Cache`
 :class:`Intermediate`, and the RNG kinds in :mod:`flaxen.nnx.rnglib`. Filters select state
 by these types. A Variable is a JAX pytree (its value is the leaf) and acts like its array.
 
-The Flax 0.8.3 snapshot class :class:`VariableState` (``flaxen.experimental.nnx``) lives in
-:mod:`flaxen.nnx._variable_state`; today's ``nnx.VariableState`` is ``Variable`` itself.
+Today's ``nnx.VariableState`` is ``Variable`` itself: a State's leaves are Variables, and
+``to_state`` is ``copy``. Flax 0.8.3's snapshot class lives with that face, in
+``flaxen.experimental.nnx``.
 
 >>> import jax.numpy as jnp
 >>> from flaxen import nnx
@@ -16,8 +17,8 @@ The Flax 0.8.3 snapshot class :class:`VariableState` (``flaxen.experimental.nnx`
 >>> nnx.Param(jnp.ones(3), sharding=('model',)).get_metadata('out_sharding')
 ('model',)
 >>> vs = w.to_state()
->>> vs.type is nnx.Param, vs.sharding
-(True, ('model',))
+>>> vs is w, vs.type is nnx.Param, vs.get_metadata('out_sharding')
+(False, True, ('model',))
 
 The sharding names are stored as ``out_sharding``, as in Flax 0.12.8: ``sharding=`` (also
 the Flax 0.8.3 face's spelling, so it is taken silently) and the deprecated
@@ -48,12 +49,6 @@ from flaxen.nnx._creation_defaults import (
 from flaxen.nnx._creation_defaults import _current as _default_mode
 from flaxen.nnx._variable_ops import ArrayOps
 from flaxen.nnx._variable_pytree import own_metadata as _own_metadata
-from flaxen.nnx._variable_state import (
-    VariableState,
-    _leaves_equal,
-    _make_state,
-    with_required,
-)
 
 __all__ = [
     "EMPTY", "MISSING", "VARIABLE_CONTEXT", "BatchStat", "Cache", "Empty", "Intermediate",
@@ -193,6 +188,27 @@ class _Missing:
 
 MISSING: tp.Any = _Missing()
 _DEFAULT_REQUIRED = {"hijax": False, "ref": False, "eager_sharding": True}
+
+
+def _leaves_equal(a: tp.Any, b: tp.Any) -> bool:
+    """Same tree structure and equal leaves (arrays compared by shape and every element)."""
+    ta: tp.Any  # jaxlib's PyTreeDef is untyped here
+    tb: tp.Any
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    if ta != tb:
+        return False
+    for x, y in zip(la, lb):
+        if x is y:
+            continue
+        if hasattr(x, "shape") or hasattr(y, "shape"):
+            import numpy as np
+
+            if not (np.shape(x) == np.shape(y) and bool(np.all(np.asarray(x) == np.asarray(y)))):
+                return False
+        elif x != y:
+            return False
+    return True
 
 
 def variable_repr_items(type_name: str, value: tp.Any, metadata: tp.Mapping[str, tp.Any],
@@ -694,9 +710,9 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
         _trace.bump()
 
     def update_from_state(self, variable_state: tp.Any) -> None:
-        """Takes the value and metadata of ``variable_state`` (a Variable or a 0.8.3
-        VariableState), keeping this Variable's ``hijax`` and ``ref``."""
-        if isinstance(variable_state, VariableState):
+        """Takes the value and metadata of ``variable_state`` (a Variable, or a snapshot such
+        as the 0.8.3 face's VariableState), keeping this Variable's ``hijax`` and ``ref``."""
+        if not isinstance(variable_state, Variable):
             self.copy_from_state(variable_state)
             return
         self._check_trace("value")
@@ -707,38 +723,35 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
             object.__setattr__(self, "_var_metadata", meta)
         _trace.bump()
 
-    def copy_from_state(self, variable_state: VariableState) -> None:
+    def copy_from_state(self, variable_state: tp.Any) -> None:
+        """Takes the value and metadata of a snapshot (``.value`` and ``._var_metadata``; a
+        Variable gives its raw value), keeping this Variable's ``hijax`` and ``ref``."""
         self._check_trace("value")
-        meta = with_required(variable_state._var_metadata)
+        meta = dict(_DEFAULT_REQUIRED)
+        meta.update(variable_state._var_metadata)
         meta["hijax"], meta["ref"] = self.hijax, self.ref
-        object.__setattr__(self, "raw_value", variable_state.value)
+        value = variable_state.raw_value if isinstance(variable_state, Variable) \
+            else variable_state.value
+        object.__setattr__(self, "raw_value", value)
         object.__setattr__(self, "_var_metadata", meta)
         _trace.bump()
 
-    def to_state(self, value: tp.Any = MISSING, *, _copy_ref: bool = True,
-                 **updates: tp.Any) -> VariableState:
-        """The Flax 0.8.3 snapshot of this Variable (``flaxen.experimental.nnx``), its value
-        (read out of a Ref unless ``_copy_ref=False``) or ``value``, its metadata with
-        ``updates``. (Flax 0.12.8 returns a Variable copy here, like :meth:`copy`.)
-
-        >>> from flaxen import nnx
-        >>> vs = nnx.Param(1.0, tag='a').to_state(2.0, tag='b')
-        >>> vs.value, vs.tag, vs.type.__name__
-        (2.0, 'b', 'Param')
-        """
-        if value is MISSING:
-            value = updates.pop("value", self.raw_value)
-        if _copy_ref:
-            value = jax.tree_util.tree_map(_ref_read, value)
-        meta = self._var_metadata
-        if updates:
-            meta = dict(meta)
-            meta.update(updates)
-        return _make_state(type(self), value, meta)
+    # Flax 0.12.8's ``to_state`` is ``copy``: today's State leaves are Variables
+    to_state = copy
 
     @classmethod
-    def state(cls, value: tp.Any, **metadata: tp.Any) -> VariableState:
-        return _make_state(cls, value, metadata)
+    def state(cls, value: tp.Any, **metadata: tp.Any) -> tp.Any:
+        """A State leaf holding ``value``: Flax 0.8.3's spelling; today's State leaves are
+        Variables, so this is ``cls(value, **metadata)``.
+
+        >>> from flaxen import nnx
+        >>> nnx.Param.state(1.0, tag='w')
+        Param(
+          value=1.0,
+          tag='w'
+        )
+        """
+        return cls(value, **metadata)
 
     # -- axes (vmap/scan) ------------------------------------------------------------------
     def add_axis(self, axis_index: AxisIndex, axis_name: AxisName | None) -> None:
@@ -884,6 +897,8 @@ def with_metadata(
 
 
 # collection name -> Variable type, for the Linen bridge (nnx.register_variable_name adds)
+VariableState = Variable  # Flax 0.12.8 folded the 0.8.3 snapshot class into Variable
+
 VariableTypeCache: dict[str, type[Variable[tp.Any]]] = {
     "params": Param, "batch_stats": BatchStat, "cache": Cache, "intermediates": Intermediate,
 }

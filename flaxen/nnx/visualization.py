@@ -4,8 +4,7 @@ Modules and Pytrees open with a ``# Param: 9 (36 B), ...`` comment counting the 
 Variables hold (by kind, shared Variables once; abstract ``ShapeDtypeStruct`` values count
 their would-be bytes) and show arrays of more than one element as ``Array(shape=..., dtype=...)``.
 Each Variable opens with its own ``# count (bytes)`` comment. This file holds the statistics
-and the text helpers the classes' ``__nnx_repr__`` methods use; ``VariableState`` (the Flax
-0.8.3 face's leaf) keeps the ``VariableState(type=Param, value=...)`` layout.
+and the text helpers the classes' ``__nnx_repr__`` methods use.
 ``display`` uses treescope when installed and running in a notebook.
 """
 
@@ -49,13 +48,6 @@ def variable_repr(type_name: str, value: tp.Any, metadata: dict) -> str:
     )
     """
     return repr(_Items(list(variable_repr_items(type_name, value, metadata))))
-
-
-def variable_state_repr(vs: tp.Any) -> str:
-    lines = [f"  type={vs.type.__name__}", f"  value={_indent(repr(vs.value))}"]
-    for k, v in vs._var_metadata.items():
-        lines.append(f"  {k}={_indent(repr(v))}")
-    return "VariableState(\n" + ",\n".join(lines) + "\n)"
 
 
 def state_repr(state: tp.Any) -> str:

@@ -187,7 +187,8 @@ def test_variable_metadata_hooks_and_methods():
                   add_axis_hooks=lambda var, name, idx: log.append(("add", name, idx)),
                   remove_axis_hooks=lambda var, name, idx: log.append(("rm", name, idx)))
     # stored as today's out_sharding; a 0.8.3 VariableState still reads it as .sharding
-    assert v.get_metadata("out_sharding") == ("a",) and v.to_state().sharding == ("a",)
+    assert v.get_metadata("out_sharding") == ("a",)
+    assert nnx.VariableState.of(v).sharding == ("a",)
     v.value = jnp.ones(2)
     np.testing.assert_array_equal(v.raw_value, 2.0)
     np.testing.assert_array_equal(v.value, 3.0)
@@ -198,7 +199,7 @@ def test_variable_metadata_hooks_and_methods():
         v.missing  # noqa: B018
 
     w = nnx.Param(jnp.zeros(3), tag="w")
-    vs = w.to_state()
+    vs = nnx.VariableState.of(w)
     assert isinstance(vs, nnx.VariableState) and vs.type is nnx.Param and vs.tag == "w"
     assert vs.get_metadata() == {"tag": "w"}
     assert jax.tree_util.tree_leaves(vs) == [vs.value]
@@ -210,6 +211,8 @@ def test_variable_metadata_hooks_and_methods():
     u = nnx.Param(jnp.ones(1), tag="u")
     u.copy_from(w)
     assert u.tag == "w" and u.value.shape == (3,)
+    u.copy_from_state(nnx.VariableState(nnx.Param, jnp.full(4, 5.0), tag="s"))
+    assert u.tag == "s" and float(u.value[0]) == 5.0
     u.copy_from_state(nnx.Param.state(jnp.full(4, 5.0), tag="s"))
     assert u.tag == "s" and float(u.value[0]) == 5.0
     r = u.replace(jnp.zeros(1), tag="r")
@@ -235,12 +238,12 @@ def test_with_metadata_and_variable_metadata():
     raw = init(jax.random.key(0), (2, 3))
     assert isinstance(raw, nnx.VariableMetadata) and raw.metadata == {"sharding": (None, "model")}
     p = nnx.Param(raw)
-    assert p.to_state().sharding == (None, "model") and p.value.shape == (2, 3)
+    assert nnx.VariableState.of(p).sharding == (None, "model") and p.value.shape == (2, 3)
     assert created == [(2, 3)]
     layer = nnx.Linear(2, 3, kernel_init=nnx.with_metadata(nnx.initializers.lecun_normal(),
                                                             sharding=("in", "out")),
                        rngs=nnx.Rngs(0))
-    assert layer.kernel.to_state().sharding == ("in", "out")
+    assert nnx.VariableState.of(layer.kernel).sharding == ("in", "out")
     vm = nnx.VariableMetadata(jnp.zeros(1), metadata={"tag": "x"})
     assert nnx.Cache(vm).tag == "x"
 
@@ -303,7 +306,7 @@ def test_filters():
     key = nnx.RngKey(jax.random.key(0), tag="dropout")
     path = ("layer", "kernel")
     assert to(nnx.Param)(path, p) and not to(nnx.Param)(path, b)
-    assert to(nnx.Param)(path, p.to_state())  # VariableStates match by their type
+    assert to(nnx.Param)(path, nnx.VariableState.of(p))  # VariableStates match by their type
     assert to(nnx.RngState)(("s", "key"), key)  # subclasses match
     assert to("kernel")(path, b) and not to("bias")(path, b)
     assert to("dropout")(("s", "key"), key)  # strings match RNG tags too

@@ -62,7 +62,9 @@ def _fast(model):
     for _ in range(graph_mod._COMPILE_AT + 1):
         gd, st = nnx.split(model)
         out = nnx.merge(gd, st)
-    assert gd._states_fn is not None and gd._merge_fn is not None
+    # this face's States hold VariableStates: its generated code is kept per snapshot class
+    assert graph_mod._generated(gd, nnx.VariableState, "states") is not None
+    assert graph_mod._generated(gd, nnx.VariableState, "merge") is not None
     return gd, st, out
 
 

@@ -197,7 +197,7 @@ def test_to_state_takes_value_and_updates():
     vs = v.to_state(tag="b")
     assert vs.tag == "b" and not variablelib.is_array_ref(vs.value)
     assert v.get_metadata("tag") == "a"
-    assert variablelib.is_array_ref(v.to_state(_copy_ref=False).value)
+    assert variablelib.is_array_ref(v.to_state(_copy_ref=False).get_raw_value())
     assert v.to_state(value=jnp.zeros(1)).value.tolist() == [0.0]
 
 

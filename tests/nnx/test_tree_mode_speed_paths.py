@@ -22,9 +22,9 @@ import pytest
 from jax import lax
 
 from flaxen import nnx
+from flaxen.experimental.nnx import VariableState
 from flaxen.nnx import _codegen, graphlib
 from flaxen.nnx._tree_mode import TreeGraphDef, TreeNodeDef
-from flaxen.nnx._variable_state import VariableState
 
 
 class Block(nnx.Module):

@@ -199,17 +199,29 @@ def test_traversals_flatten_and_unflatten():
             ("foo",): 1, ("bar",): {"a": 2, "b": {}}}
 
 
-# -- the 0.8.3 face keeps its VariableState ---------------------------------------------------
+# -- the 0.8.3 face keeps its VariableState; today's to_state is copy -------------------------
+
+
+def test_to_state_is_a_variable_copy():
+    w = nnx.Param(jnp.zeros(2), tag="w")
+    c = w.to_state(tag="c")
+    assert type(c) is nnx.Param and c is not w and c.get_metadata("tag") == "c"
+    assert w.get_metadata("tag") == "w"  # the original keeps its metadata
+    assert nnx.Variable.to_state is nnx.Variable.copy
+    s = nnx.Param.state(jnp.ones(2), tag="s")  # 0.8.3's spelling: today a State leaf is a Variable
+    assert type(s) is nnx.Param and s.get_metadata("tag") == "s"
 
 
 def test_old_face_variable_state_hides_required_metadata():
     w = old_nnx.Param(jnp.zeros(2), tag="w")
-    vs = w.to_state()
+    vs = old_nnx.VariableState.of(w)
     assert type(vs) is old_nnx.VariableState and vs.get_metadata() == {"tag": "w"}
     assert vs == old_nnx.VariableState(old_nnx.Param, jnp.zeros(2), tag="w")
     back = vs.to_variable()
     assert back.get_metadata() == w.get_metadata()
-    assert nnx.VariableState is nnx.Variable
+    with pytest.warns(DeprecationWarning, match="alias of Variable"):
+        assert nnx.VariableState is nnx.Variable
+    assert nnx.variablelib.VariableState is nnx.Variable
     np.testing.assert_array_equal(back[...], w[...])
 
 

@@ -72,9 +72,9 @@ from flaxen.nnx.variablelib import (
     Param,
     Variable,
     VariableMetadata,
-    VariableState,
     with_metadata,
 )
+from flaxen.experimental.nnx._variable_state import VariableState
 from flaxen.nnx.visualization import display
 
 # the pure functions shared with Linen (flaxen.layer_math: no Linen import)

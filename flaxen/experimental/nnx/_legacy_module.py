@@ -23,9 +23,10 @@ import jax
 
 from flaxen.errors import SetAttributesNotFoundError
 from flaxen.experimental.nnx import filterlib as _filters
+from flaxen.experimental.nnx.graph import merge, split
 from flaxen.nnx import filterlib
 from flaxen.nnx import module as _today
-from flaxen.nnx._graph_ops import iter_graph, merge, split
+from flaxen.nnx._graph_ops import iter_graph
 from flaxen.nnx.module import Module
 
 __all__ = ["Dict", "LegacyModule", "List", "Sequential"]
@@ -56,7 +57,7 @@ class LegacyModule(Module, pytree=False):
 
     def split(self, *filters: filterlib.Filter) -> tuple:
         """``nnx.split(self, *filters)`` (the spec's method form)."""
-        return split(self, *_filters.convert_all(filters))
+        return split(self, *filters)
 
     def iter_modules(self) -> tp.Iterator[tuple[tuple, Module]]:
         """``(path, module)`` for every Module reachable from this one (itself first)."""

@@ -22,6 +22,7 @@ import optax
 
 from flaxen.errors import GraphStateMismatchError
 from flaxen.experimental.nnx._legacy_module import LegacyModule
+from flaxen.experimental.nnx._variable_state import VariableState
 from flaxen.experimental.nnx.graph import state as _state
 from flaxen.experimental.nnx.graph import update as _update
 from flaxen.nnx import filterlib
@@ -29,7 +30,7 @@ from flaxen.nnx.module import Module
 from flaxen.nnx.statelib import State
 from flaxen.nnx.training.optimizer import OptArray, OptState
 from flaxen.nnx.training.optimizer import _raise_empty_wrt as _raise_empty_wrt_today
-from flaxen.nnx.variablelib import Param, VariableState
+from flaxen.nnx.variablelib import Param
 
 try:  # today's Pytree tells data attributes from static ones (nnx.data)
     from flaxen.nnx.pytreelib import data as _data

@@ -19,9 +19,10 @@ import typing as tp
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from flaxen.experimental.nnx._variable_state import VariableState
 from flaxen.nnx.spmd import PARTITION_NAME, with_sharding_constraint
 from flaxen.nnx.statelib import State
-from flaxen.nnx.variablelib import VariableState, with_metadata
+from flaxen.nnx.variablelib import with_metadata
 
 
 def with_partitioning(initializer: tp.Callable[..., tp.Any], sharding: tp.Sequence[tp.Any],

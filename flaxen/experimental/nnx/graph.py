@@ -3,7 +3,8 @@
 ``split(node)`` returns a :class:`GraphDef` and a :class:`~flaxen.nnx.State` of
 ``VariableState`` snapshots; ``merge(graphdef, state)`` builds an equal, independent object
 graph (shared submodules and Variables stay shared, cycles are handled). The operations are
-the engine's copying ones (:mod:`flaxen.nnx._graph_ops`); this face adds 0.8.3's
+the engine's copying ones (:mod:`flaxen.nnx._graph_ops`) with :class:`VariableState` as their
+snapshot class; this face adds 0.8.3's
 :class:`UpdateContext` and :class:`Static`, and its ``split``, ``state`` and ``pop`` read string
 filters by 0.8.3's rule (:mod:`flaxen.experimental.nnx.filterlib`).
 
@@ -25,6 +26,7 @@ import typing as tp
 import jax
 
 from flaxen.errors import NotAGraphNodeError
+from flaxen.experimental.nnx._variable_state import VariableState
 from flaxen.experimental.nnx.filterlib import convert_all
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import _graph_ops, filterlib
@@ -37,16 +39,13 @@ from flaxen.nnx._graph_ops import (
     _leaves_from_states,
     _states_from_flat,
     _unflatten_pytree,  # noqa: F401
-    clone,
     compose_mapping,
     compose_mapping_reversed,
-    flatten,
     flatten_node,
     graph_update_static,
     graphdef,
     is_node,
     iter_graph,
-    merge,
     unflatten,
     update,
 )
@@ -65,17 +64,33 @@ eng = eng  # the engine, for code and tests that reach it through this module
 def split(node: Node, *filters: filterlib.Filter) -> tuple:
     """``(graphdef, state)`` or, with filters, ``(graphdef, state_1, ..., state_n)``; every
     Variable must match one filter (end with ``...`` for the rest)."""
-    return _graph_ops.split(node, *convert_all(filters))
+    return _graph_ops.split(node, *convert_all(filters), snapshot=VariableState)
 
 
 def state(node: Node, *filters: filterlib.Filter) -> tp.Any:
     """The node's State, or one State per filter (Variables matching none are left out)."""
-    return _graph_ops.state(node, *convert_all(filters))
+    return _graph_ops.state(node, *convert_all(filters), snapshot=VariableState)
 
 
 def pop(node: Node, *filters: filterlib.Filter) -> tp.Any:
     """Removes the Variables matching ``filters`` from ``node`` and returns them as States."""
-    return _graph_ops.pop(node, *convert_all(filters))
+    return _graph_ops.pop(node, *convert_all(filters), snapshot=VariableState)
+
+
+def merge(graphdef: GraphDef[Node], state: tp.Mapping, /, *states: tp.Mapping) -> Node:
+    """A fresh object graph from ``graphdef`` and the union of the states."""
+    return _graph_ops.merge(graphdef, state, *states, snapshot=VariableState)
+
+
+def flatten(node: Node) -> tuple[GraphDef[Node], tp.Any, RefMap]:
+    """``(graphdef, state, refmap)``: :func:`split` plus the map from each shared object
+    (graph node or Variable) to its index in the definition."""
+    return _graph_ops.flatten(node, snapshot=VariableState)
+
+
+def clone(node: Node) -> Node:
+    """A deep, independent copy (shared references inside stay shared)."""
+    return _graph_ops.clone(node)
 
 
 class Static(tp.Generic[Node]):
@@ -129,7 +144,8 @@ class UpdateContext:
         if self.outer_refs is None:
             self.outer_refs = list(fg.refs)
         self.last_refs = list(fg.refs)
-        return (fg.graphdef, *_states_from_flat(fg, convert_all(filters)))
+        return (fg.graphdef, *_states_from_flat(fg, convert_all(filters),
+                                                snapshot=VariableState))
 
     def merge(self, graphdef: GraphDef[Node], state: tp.Mapping, *states: tp.Mapping) -> Node:
         leaves = _leaves_from_states(graphdef.defs, (state, *states), "merge")

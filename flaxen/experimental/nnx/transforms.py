@@ -30,12 +30,12 @@ import jax
 from flaxen import traceback_util
 from flaxen.errors import NNXTransformError
 from flaxen.experimental.nnx import filterlib as _filters
+from flaxen.experimental.nnx._variable_state import VariableState
 from flaxen.nnx import _lift, filterlib
 from flaxen.nnx._graph_ops import _nest
 from flaxen.nnx.statelib import State
 from flaxen.nnx.transforms._graph_jit import UNSPECIFIED, JitWrapped
 from flaxen.nnx.variablelib import Param, Variable
-from flaxen.nnx.variablelib import VariableState as VariableStateT
 
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])
 
@@ -153,7 +153,7 @@ def _grad_impl(f: tp.Callable, argnums: int | tp.Sequence[int], has_aux: bool,
         values = lift.values
         objs = lift.leaf_objs
         diff_in = [
-            _nest([(lift.paths[i], objs[i].to_state() if isinstance(objs[i], Variable)
+            _nest([(lift.paths[i], VariableState.of(objs[i]) if isinstance(objs[i], Variable)
                     else objs[i]) for i in diff_pos[n]]) if n in diff_pos else args[n]
             for n in nums
         ]
@@ -167,7 +167,7 @@ def _grad_impl(f: tp.Callable, argnums: int | tp.Sequence[int], has_aux: bool,
                     flat_d = d.flat_state()
                     for i in diff_pos[n]:
                         leaf = flat_d[lift.paths[i]]
-                        vals[i] = leaf.value if isinstance(leaf, VariableStateT) else leaf
+                        vals[i] = leaf.value if isinstance(leaf, VariableState) else leaf
                 else:
                     sub = jax.tree_util.tree_leaves(d, is_leaf=_lift.is_node)
                     for j, x in zip(leaf_pos[n], sub):

@@ -24,9 +24,10 @@ import jax.numpy as jnp
 from flaxen.errors import GraphStateMismatchError, NNXArgumentError
 from flaxen.nnx import _graph_ops as _graph
 from flaxen.nnx import filterlib
+from flaxen.nnx._snapshots import SNAPSHOT_TYPES
 from flaxen.nnx.pytreelib import Pytree
 from flaxen.nnx.statelib import State
-from flaxen.nnx.variablelib import Variable, VariableState
+from flaxen.nnx.variablelib import Variable
 
 try:  # today's Pytree tells data attributes from static ones (nnx.data)
     from flaxen.nnx.pytreelib import data as _data
@@ -46,10 +47,6 @@ def _metadata(leaf: tp.Any) -> dict:
     md = dict(get()) if get is not None else {}
     md.pop("value", None)
     return md
-
-
-def _var_type(leaf: tp.Any) -> type:
-    return leaf.type if isinstance(leaf, VariableState) else type(leaf)
 
 
 def _flat(node: tp.Any, only: filterlib.Filter) -> dict:
@@ -74,11 +71,12 @@ class EMA(Pytree):
         self.filter = only
         items = []
         for path, leaf in _flat(params, only).items():
-            if not isinstance(leaf, (Variable, VariableState)):
+            if not (isinstance(leaf, Variable) or type(leaf) in SNAPSHOT_TYPES):
                 raise NNXArgumentError(
                     _path_str(path), f"EMA tracks Variables only, found a "
                     f"{type(leaf).__name__}", "Narrow the `only` filter to Variables.")
-            items.append((path, _var_type(leaf)(jnp.copy(leaf.value), **_metadata(leaf))))
+            # ``.type``: a Variable's own class, or the class a snapshot stands for
+            items.append((path, leaf.type(jnp.copy(leaf.value), **_metadata(leaf))))
         self.params = _data(State.from_flat_path(items))
 
     def update(self, updates: tp.Any) -> None:

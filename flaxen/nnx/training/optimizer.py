@@ -254,7 +254,7 @@ def _filter_name(f: tp.Any) -> str:
 def _kind(leaf: tp.Any) -> str:
     if isinstance(leaf, Variable):
         return type(leaf).__name__
-    kind = getattr(leaf, "type", None)  # a VariableState names its Variable type
+    kind = getattr(leaf, "type", None)  # a Variable (or a 0.8.3 snapshot) names its type
     return kind.__name__ if isinstance(kind, type) else "plain array"
 
 

@@ -115,7 +115,7 @@ def _paths(tree: tp.Any) -> set[str]:
     out = set()
     for path, _ in jax.tree_util.tree_leaves_with_path(tree):
         if path and isinstance(path[-1], jax.tree_util.GetAttrKey) and path[-1].name == "value":
-            path = path[:-1]  # a VariableState's array
+            path = path[:-1]  # a Variable's (or a 0.8.3 snapshot's) array
         out.add("/" + "/".join(_key(k) for k in path))
     return out
 

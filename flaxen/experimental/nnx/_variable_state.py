@@ -1,15 +1,18 @@
 """The Flax 0.8.3 ``VariableState``: an immutable snapshot of a Variable (the 0.8.3 face).
 
-Today's ``flax.nnx`` folded VariableState into :class:`~flaxen.nnx.Variable` (``State``
-leaves are Variables); ``flaxen.experimental.nnx`` keeps this class, which its ``State``
-holds at its leaves. Its only pytree child is ``value``; ``type`` and metadata travel in the
-tree structure.
+Today's ``flax.nnx`` folded VariableState into :class:`~flaxen.nnx.Variable` (its ``State``
+leaves are Variables, and ``nnx.VariableState`` is ``Variable``); this face keeps the class,
+which its ``split``, ``state`` and ``pop`` put at a State's leaves. Its only pytree child is
+``value``; ``type`` and metadata travel in the tree structure. The engine underneath knows it
+only through the snapshot protocol of :mod:`flaxen.nnx._snapshots`.
 
 >>> import jax.numpy as jnp
 >>> from flaxen.experimental import nnx
 >>> vs = nnx.VariableState(nnx.Param, jnp.ones(2), tag='w')
 >>> vs.type is nnx.Param, vs.tag, vs.value.shape
 (True, 'w', (2,))
+>>> type(VariableState.of(nnx.Param(1.0))).__name__
+'VariableState'
 """
 
 from __future__ import annotations
@@ -18,34 +21,14 @@ import typing as tp
 
 import jax
 
-from flaxen.nnx import _trace, _treescope
+from flaxen.nnx import _snapshots, _trace, _treescope
+from flaxen.nnx.variablelib import _DEFAULT_REQUIRED, _leaves_equal
 
 A = tp.TypeVar("A")
 
 # metadata every today's Variable carries; a 0.8.3 snapshot keeps them (so split/merge round
 # trips give back the same Variables) but hides them from get_metadata, == and repr
-REQUIRED_METADATA = ("hijax", "ref", "eager_sharding")
-
-
-def _leaves_equal(a: tp.Any, b: tp.Any) -> bool:
-    ta: tp.Any  # jaxlib's PyTreeDef is untyped here
-    tb: tp.Any
-    la, ta = jax.tree_util.tree_flatten(a)
-    lb, tb = jax.tree_util.tree_flatten(b)
-    if ta != tb:
-        return False
-    for x, y in zip(la, lb):
-        if x is y:
-            continue
-        if hasattr(x, "shape") or hasattr(y, "shape"):
-            import numpy as np
-
-            if not (np.shape(x) == np.shape(y) and bool(np.all(np.asarray(x) == np.asarray(y)))):
-                return False
-        elif x != y:
-            return False
-    return True
-
+REQUIRED_METADATA = tuple(_DEFAULT_REQUIRED)
 
 
 class VariableState(tp.Generic[A]):
@@ -56,7 +39,6 @@ class VariableState(tp.Generic[A]):
     """
 
     __slots__ = ("type", "value", "_var_metadata")
-    __treescope_repr__ = _treescope.variable_state_repr
     _stands_for_type = True  # filters match it by `.type` (see filterlib)
 
     def __init__(self, type: type, value: A, **metadata: tp.Any) -> None:  # noqa: A002
@@ -89,6 +71,18 @@ class VariableState(tp.Generic[A]):
     def replace(self, value: tp.Any) -> VariableState:
         return _make_state(self.type, value, self._var_metadata)
 
+    @classmethod
+    def _from_parts(cls, typ: type, value: tp.Any, metadata: dict) -> VariableState:
+        return _make_state(typ, value, metadata)
+
+    @classmethod
+    def of(cls, variable: tp.Any) -> VariableState:
+        """The snapshot of ``variable`` (what ``Variable.to_state()`` gave in Flax 0.8.3),
+        its value read out of a ``jax.Ref``."""
+        value = jax.tree_util.tree_map(
+            lambda x: x[...] if isinstance(x, jax.Ref) else x, variable.raw_value)
+        return _make_state(type(variable), value, variable._var_metadata)
+
     def to_variable(self) -> tp.Any:
         var = object.__new__(self.type)
         object.__setattr__(var, "_var_metadata", with_required(self._var_metadata))
@@ -115,11 +109,23 @@ class VariableState(tp.Generic[A]):
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        # upward: reprs are drawn by visualization, which sits above what it draws
-        from flaxen.nnx.visualization import variable_state_repr
+        lines = [f"  type={self.type.__name__}", f"  value={_indent(repr(self.value))}"]
+        for k, v in without_required(self._var_metadata).items():
+            lines.append(f"  {k}={_indent(repr(v))}")
+        return "VariableState(\n" + ",\n".join(lines) + "\n)"
 
-        shown = _make_state(self.type, self.value, without_required(self._var_metadata))
-        return variable_state_repr(shown)
+    def __treescope_repr__(self, path: str | None, subtree_renderer: tp.Any) -> tp.Any:
+        from treescope import formatting_util  # optional dependency: only when rendering
+
+        attributes = {"type": self.type, "value": self.value,
+                      **without_required(self._var_metadata)}
+        return _treescope.render_object_constructor(
+            type(self), attributes, path, subtree_renderer,
+            color=formatting_util.color_from_string(self.type.__qualname__))
+
+
+def _indent(text: str) -> str:
+    return text.replace("\n", "\n  ")
 
 
 def _make_state(typ: type, value: tp.Any, metadata: dict) -> VariableState:
@@ -173,6 +179,7 @@ def _vs_unflatten(aux: _StateAux, children: tp.Sequence[tp.Any]) -> VariableStat
     return vs
 
 
+_snapshots.register(VariableState)
 jax.tree_util.register_pytree_with_keys(
     VariableState, _vs_flatten_with_keys,
     _vs_unflatten,  # type: ignore[arg-type]  # jax passes the children as a tuple
@@ -182,7 +189,7 @@ jax.tree_util.register_pytree_with_keys(
 
 def with_required(metadata: dict) -> dict:
     """``metadata`` plus the default hijax/ref/eager_sharding keys where missing."""
-    out = {"hijax": False, "ref": False, "eager_sharding": True}
+    out = dict(_DEFAULT_REQUIRED)
     out.update(metadata)
     return out
 
