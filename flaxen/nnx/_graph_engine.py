@@ -43,7 +43,7 @@ from flaxen.nnx._graphdef import (
 )
 from flaxen.nnx._snapshots import SNAPSHOT_TYPES
 from flaxen.nnx.statelib import State, _sort_keys
-from flaxen.nnx.variablelib import Variable
+from flaxen.nnx.variablelib import Variable, is_array_ref
 
 _current_trace = _trace.current_trace
 _EPOCH = _trace._EPOCH
@@ -225,6 +225,16 @@ def flatten(roots: tp.Sequence[tp.Any], root_paths: tp.Sequence[tuple] | None = 
                 attrs = tuple((k, visit(d[k], (*path, k))) for k in _sort_keys(d))
             # a Pytree's data/static status travels with its definition
             return NodeDef(tx, i, attrs, status)
+        if is_array_ref(x):  # a raw jax.Ref: a State leaf, shared by identity like a Variable
+            i = ids.get(id(x))
+            if i is not None:
+                return NodeRef(tx, i)
+            i = ids[id(x)] = len(refs)
+            refs.append(x)
+            arrays[0] = True
+            leaves.append(x)
+            paths.append(path)
+            return VariableDef(ArrayLeaf, i, ())
         if isinstance(x, _ARRAYS):
             arrays[0] = True
             leaves.append(x)
@@ -381,7 +391,10 @@ def unflatten(defs: tuple, leaves: tp.Sequence[tp.Any],
             pos[0] = i + 1
             leaf = leaves[i]
             if d.type is ArrayLeaf:
-                return leaf.value if type(leaf) in SNAPSHOT_TYPES else leaf
+                value = leaf.value if type(leaf) in SNAPSHOT_TYPES else leaf
+                if d.index >= 0:  # a raw jax.Ref: later references to it resolve to it
+                    built[d.index] = value
+                return value
             if type(leaf) in SNAPSHOT_TYPES:
                 value, meta = leaf.value, leaf._var_metadata
             elif fresh and isinstance(leaf, Variable):  # copying ops: new Variables

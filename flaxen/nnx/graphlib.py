@@ -341,6 +341,12 @@ def flatten(node: tp.Any, /, *, with_paths: bool = True, ref_index: RefMap | Non
             for i, obj in enumerate(fg.refs):
                 if obj not in ref_index:
                     ref_index[obj] = i
+            # a Variable's jax.Ref is an object of the graph too (numbered after the walk's)
+            inner = [v.raw_value for v in fg.refs
+                     if isinstance(v, Variable) and is_array_ref(v.raw_value)]
+            for i, ref in enumerate(inner, len(fg.refs)):
+                if ref not in ref_index:
+                    ref_index[ref] = i
         if ref_outer_index is not None:
             outer = {i: ref_outer_index[obj] for i, obj in enumerate(fg.refs)
                      if obj in ref_outer_index}
