@@ -135,9 +135,10 @@ def read_target(target: Any) -> Target:
     module_types: dict[tuple, str] = {}
     if _is_nnx_module(target):
         from flaxen.nnx.graph import state
+        from flaxen.nnx.statelib import _flat_mapping
 
         flavour = "nnx_module"
-        fs = state(target).flat_state()  # type: ignore[union-attr] # one State: no filters
+        fs = _flat_mapping(state(target))  # type: ignore[union-attr] # one State: no filters
         order = _nnx_order(target)
         paths = sorted(fs, key=lambda p: order.get(tuple(p), len(order)))
         for p in paths:
@@ -145,8 +146,10 @@ def read_target(target: Any) -> Target:
             flat.append((tuple(p), tuple(p), value, coll))
         module_types = _nnx_types(target)
     elif _is_nnx_state(target):
+        from flaxen.nnx.statelib import _flat_mapping
+
         flavour = "nnx_state"
-        for p, leaf in target.flat_state().items():
+        for p, leaf in _flat_mapping(target).items():
             value, coll = _leaf_kind_collection(leaf)
             flat.append((tuple(p), tuple(p), value, coll))
     elif _is_mapping(target):
@@ -265,11 +268,11 @@ def write_target(target: Target, filled: dict[tuple, Any]) -> Any:
         return out
     from flaxen.nnx._snapshots import SNAPSHOT_TYPES
     from flaxen.nnx.graph import state, update
-    from flaxen.nnx.statelib import State
+    from flaxen.nnx.statelib import State, _flat_mapping
     from flaxen.nnx.variablelib import Variable
 
     is_state = target.flavour == "nnx_state"
-    src = (target.original if is_state else state(target.original)).flat_state()  # type: ignore[union-attr]
+    src = _flat_mapping(target.original if is_state else state(target.original))  # type: ignore[union-attr]
     items = []
     for full, leaf in src.items():
         new = filled.get(tuple(full), _MISSING)

@@ -20,7 +20,7 @@ graph paths, writing leaves back) live here too.
 (False, True)
 >>> state['kernel'] is model.kernel, type(state['kernel']).__name__
 (False, 'Param')
->>> sorted(ops.split(model, nnx.Param, ...)[1].flat_state())
+>>> [path for path, _ in ops.split(model, nnx.Param, ...)[1].flat_state()]
 [('bias',), ('kernel',)]
 """
 

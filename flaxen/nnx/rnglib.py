@@ -33,7 +33,7 @@ from flaxen.errors import NNXArgumentError, RngStreamNotFoundError, TraceContext
 from flaxen.nnx import filterlib
 from flaxen.nnx._trace import current_trace as _current_trace
 from flaxen.nnx.pytreelib import Pytree
-from flaxen.nnx.statelib import State
+from flaxen.nnx.statelib import State, _flat_mapping
 from flaxen.nnx.variablelib import Variable
 
 SplitPattern = int | tuple[int, ...] | None
@@ -370,7 +370,7 @@ def fork(state: State, split_filter: filterlib.Filter, split_pattern: SplitPatte
     ``broadcast_state``.
     """
     pred = filterlib.to_predicate(split_filter)
-    flat = state.flat_state()
+    flat = _flat_mapping(state)
     shape = _split_shape(split_pattern)
     n = int(np.prod(shape))
     split_items, bcast_items = [], []

@@ -14,10 +14,10 @@ arrays after a user maps them away. A State is a pytree, so it passes straight i
 >>> s.a.w.value.shape
 (2,)
 >>> params, stats = s.split(nnx.Param, nnx.BatchStat)
->>> list(params.flat_state()), list(stats.flat_state())
+>>> list(dict(params.flat_state())), list(dict(stats.flat_state()))
 ([('a', 'w')], [('b',)])
 >>> merged = nnx.State.merge(params, stats)
->>> sorted(merged.flat_state())
+>>> sorted(dict(merged.flat_state()))
 [('a', 'w'), ('b',)]
 """
 
@@ -140,7 +140,7 @@ class State(MutableMapping, _reprlib.Representable):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Mapping):
             return False
-        a, b = self.flat_state(), State(other).flat_state()
+        a, b = _flat_mapping(self), _flat_mapping(State(other))
         return a.keys() == b.keys() and all(_leaf_equal(a[k], b[k]) for k in a)
 
     __hash__ = None  # type: ignore[assignment]
@@ -152,11 +152,17 @@ class State(MutableMapping, _reprlib.Representable):
             yield _reprlib.Attr(repr(key), shown, use_raw_key=True)
 
     # -- flat views ------------------------------------------------------------------------
-    def flat_state(self) -> dict[Path, tp.Any]:
-        """``{path tuple: leaf}`` for every leaf, depth first."""
-        out: dict[Path, tp.Any] = {}
-        _flatten_into(self, (), out)
-        return out
+    def flat_state(self) -> FlatState:
+        """The ``(path tuple, leaf)`` pairs sorted by path, as :func:`to_flat_state` (Flax
+        0.12.8); ``dict(state.flat_state())`` is the mapping Flax 0.8.3's face returned.
+
+        >>> import jax.numpy as jnp
+        >>> from flaxen import nnx
+        >>> s = nnx.State({'b': nnx.Param(jnp.ones(1)), 'a': {'w': nnx.Param(jnp.ones(2))}})
+        >>> [path for path, _ in s.flat_state()]
+        [('a', 'w'), ('b',)]
+        """
+        return to_flat_state(self)
 
     @classmethod
     def from_flat_path(cls, flat_state: Mapping[Path, tp.Any] | tp.Iterable[tuple[Path, tp.Any]],
@@ -211,9 +217,9 @@ class State(MutableMapping, _reprlib.Representable):
         return State.merge(self, other)
 
     def __sub__(self, other: State) -> State:
-        drop = set(State(other).flat_state())
+        drop = set(_flat_mapping(State(other)))
         return State.from_flat_path(
-            (p, v) for p, v in self.flat_state().items() if p not in drop
+            (p, v) for p, v in _flat_mapping(self).items() if p not in drop
         )
 
 
@@ -253,6 +259,13 @@ def _to_state(d: dict) -> State:
     return State._from_raw({k: _to_state(v) if type(v) is dict else v for k, v in d.items()})
 
 
+def _flat_mapping(state: Mapping) -> dict[Path, tp.Any]:
+    """``{path tuple: leaf}`` for every leaf of ``state``, depth first (no sort)."""
+    out: dict[Path, tp.Any] = {}
+    _flatten_into(state, (), out)
+    return out
+
+
 def _flatten_into(node: Mapping, prefix: Path, out: dict) -> None:
     items = node._mapping.items() if isinstance(node, State) else node.items()
     for k, v in items:
@@ -267,7 +280,7 @@ def _flatten_into(node: Mapping, prefix: Path, out: dict) -> None:
 def _split(state: State, filters: tuple, exhaustive: bool) -> tuple[State, ...]:
     preds = filterlib.filters_to_predicates(filters)
     buckets: list[list] = [[] for _ in preds]
-    for path, leaf in state.flat_state().items():
+    for path, leaf in _flat_mapping(state).items():
         for i, pred in enumerate(preds):
             if pred(path, leaf):
                 buckets[i].append((path, leaf))

@@ -54,7 +54,7 @@ def test_sow_default_reduce_custom_reduce_and_type_mismatch():
     m(2)
     assert m.h.value == (1, 2) and m.total.value == 3
     assert isinstance(m.h, nnx.Intermediate)
-    assert set(nnx.state(m, nnx.Intermediate).flat_state()) == {("h",), ("total",)}
+    assert set(dict(nnx.state(m, nnx.Intermediate).flat_state())) == {("h",), ("total",)}
     nnx.pop(m, nnx.Intermediate)
     assert "h" not in vars(m)
     m.h = nnx.Param(0)
@@ -151,7 +151,7 @@ def test_nnx_dict_and_list():
     d["c"] = nnx.BatchStat(jnp.ones(1))
     assert d.c is d["c"]
     del d["b"]
-    assert set(nnx.state(d).flat_state()) == {("a", "bias"), ("a", "kernel"), ("c",)}
+    assert set(dict(nnx.state(d).flat_state())) == {("a", "bias"), ("a", "kernel"), ("c",)}
     with pytest.raises(AttributeError, match="'zz'"):
         d.zz  # noqa: B018
     c = nnx.clone(d)
@@ -160,8 +160,8 @@ def test_nnx_dict_and_list():
     lst = nnx.List([nnx.Linear(1, 1, rngs=nnx.Rngs(i)) for i in range(3)])
     assert len(lst) == 3 and isinstance(lst[-1], nnx.Linear)
     lst.append(nnx.Param(jnp.ones(1)))
-    assert len(lst) == 4 and ("3",) not in nnx.state(lst).flat_state()
-    assert (3,) in nnx.state(lst).flat_state()
+    assert len(lst) == 4 and ("3",) not in dict(nnx.state(lst).flat_state())
+    assert (3,) in dict(nnx.state(lst).flat_state())
     popped = lst.pop(0)
     assert isinstance(popped, nnx.Linear) and len(lst) == 3
     assert [type(x).__name__ for x in lst[0:2]] == ["Linear", "Linear"]
@@ -252,8 +252,8 @@ def test_cache_and_empty():
     mha = nnx.MultiHeadAttention(2, 4, decode=True, rngs=nnx.Rngs(0))
     mha.init_cache((1, 3, 4))
     caches = nnx.state(mha, nnx.Cache)
-    assert caches.flat_state() and all(v.type is nnx.Cache
-                                       for v in caches.flat_state().values())
+    assert dict(caches.flat_state()) and all(v.type is nnx.Cache
+                                       for v in dict(caches.flat_state()).values())
     empty = nnx.graphdef(nnx.Linear(1, 1, rngs=nnx.Rngs(0))).make_empty()
     assert empty.kernel.value is nnx.EMPTY and isinstance(nnx.EMPTY, nnx.Empty)
 
@@ -272,24 +272,25 @@ def test_state_filter_split_merge_flat_and_raw_mapping():
     s = _state()
     assert s.a.w is s["a"]["w"]
     params = s.filter(nnx.Param)
-    assert list(params.flat_state()) == [("a", "w")]
+    assert list(dict(params.flat_state())) == [("a", "w")]
     p, rest = s.filter(nnx.Param, nnx.BatchStat)
-    assert list(rest.flat_state()) == [("a", "m")]
+    assert list(dict(rest.flat_state())) == [("a", "m")]
     p, b, others = s.split(nnx.Param, nnx.BatchStat, ...)
-    assert set(others.flat_state()) == {("rng", "key"), ("c",)}
+    assert set(dict(others.flat_state())) == {("rng", "key"), ("c",)}
     with pytest.raises(ValueError, match=r"/rng/key.*matches none"):
         s.split(nnx.Param, nnx.BatchStat)
     merged = nnx.State.merge(p, b, others)
-    assert merged == s and set(merged.flat_state()) == set(s.flat_state())
+    assert merged == s and set(dict(merged.flat_state())) == set(dict(s.flat_state()))
     override = nnx.State({"a": {"w": nnx.Param.state(jnp.zeros(2))}})
     assert float(nnx.State.merge(s, override).a.w.value[0]) == 0.0  # later wins
-    flat = s.flat_state()
+    flat = dict(s.flat_state())
     again = nnx.State.from_flat_path(flat)
     assert again == s and isinstance(again.a, nnx.State)
     assert nnx.State.from_flat_path(list(flat.items())) == s
     raw = s.raw_mapping
     assert isinstance(raw, dict) and isinstance(raw["a"], nnx.State)
-    assert (s - p).flat_state().keys() == (s.filter(nnx.Not(nnx.Param))).flat_state().keys()
+    not_p = s.filter(nnx.Not(nnx.Param))
+    assert dict((s - p).flat_state()).keys() == dict(not_p.flat_state()).keys()
     s.new = {"x": nnx.Param.state(1.0)}
     assert isinstance(s.new, nnx.State)
     doubled = jax.tree_util.tree_map(lambda x: x * 2, p)
@@ -335,16 +336,17 @@ def test_filters():
 def test_filters_in_split_and_state():
     block = Block(nnx.Rngs(0))
     _, params, stats, rest = nnx.split(block, nnx.Param, nnx.BatchStat, ...)
-    assert all(v.type is nnx.Param for v in params.flat_state().values())
-    assert all(v.type is nnx.BatchStat for v in stats.flat_state().values())
-    assert all(issubclass(v.type, nnx.RngState) for v in rest.flat_state().values())
+    assert all(v.type is nnx.Param for v in dict(params.flat_state()).values())
+    assert all(v.type is nnx.BatchStat for v in dict(stats.flat_state()).values())
+    assert all(issubclass(v.type, nnx.RngState) for v in dict(rest.flat_state()).values())
     kernels = nnx.state(block, nnx.All(nnx.Param, "kernel"))
-    assert list(kernels.flat_state()) == [("linear", "kernel")]
+    assert list(dict(kernels.flat_state())) == [("linear", "kernel")]
     not_params = nnx.state(block, nnx.Not(nnx.Param))
-    assert set(not_params.flat_state()) == set(stats.flat_state()) | set(rest.flat_state())
-    assert nnx.state(block, nnx.Nothing()).flat_state() == {}
+    assert set(dict(not_params.flat_state())) == (set(dict(stats.flat_state()))
+                                                  | set(dict(rest.flat_state())))
+    assert dict(nnx.state(block, nnx.Nothing()).flat_state()) == {}
     dropout_keys = nnx.state(block, nnx.All(nnx.RngKey, nnx.WithTag("default")))
-    assert dropout_keys.flat_state()
+    assert dict(dropout_keys.flat_state())
 
 
 # -- RNGs ----------------------------------------------------------------------------------------
@@ -379,20 +381,20 @@ def test_rng_stream_and_rngs_fork():
 def test_fork_function_splits_only_matching_streams():
     state = nnx.state(nnx.Rngs(params=0, dropout=1))
     split, bcast = nnx.fork(state, "dropout", (2, 3))
-    assert set(split.flat_state()) == {("dropout", "key")}  # only keys are split
+    assert set(dict(split.flat_state())) == {("dropout", "key")}  # only keys are split
     assert split.dropout.key.value.shape == (2, 3)
-    assert set(bcast.flat_state()) == {("params", "key"), ("params", "count"),
+    assert set(dict(bcast.flat_state())) == {("params", "key"), ("params", "count"),
                                        ("dropout", "count")}
     split_all, rest = nnx.fork(state, ..., (4, None, 3))  # None: a size-1 broadcast axis
     assert split_all.params.key.value.shape == (4, 1, 3)
-    assert set(rest.flat_state()) == {("params", "count"), ("dropout", "count")}
+    assert set(dict(rest.flat_state())) == {("params", "count"), ("dropout", "count")}
 
 
 def test_string_filter_picks_a_streams_key_not_its_counter():
     rngs = nnx.Rngs(params=0, dropout=1)
     _, drop, counts = nnx.split(rngs, "dropout", nnx.RngCount, ...)[:3]
-    assert set(drop.flat_state()) == {("dropout", "key")}
-    assert len(counts.flat_state()) == 2
+    assert set(dict(drop.flat_state())) == {("dropout", "key")}
+    assert len(dict(counts.flat_state())) == 2
 
 
 def test_rng_stream_refuses_a_foreign_trace():

@@ -44,11 +44,11 @@ def test_linen_wrapper_collections_and_same_output():
     w = compatibility.LinenWrapper(LinenMLP(), X, rngs=nnx.Rngs(0), train=False)
     params = nnx.state(w, nnx.Param)
     stats = nnx.state(w, nnx.BatchStat)
-    assert set(params.flat_state()) == {
+    assert set(dict(params.flat_state())) == {
         ("params", "Dense_0", "kernel"), ("params", "Dense_0", "bias"),
         ("params", "BatchNorm_0", "scale"), ("params", "BatchNorm_0", "bias"),
         ("params", "Dense_1", "kernel"), ("params", "Dense_1", "bias")}
-    assert set(stats.flat_state()) == {("batch_stats", "BatchNorm_0", "mean"),
+    assert set(dict(stats.flat_state())) == {("batch_stats", "BatchNorm_0", "mean"),
                                        ("batch_stats", "BatchNorm_0", "var")}
     assert isinstance(w.params["Dense_0"]["kernel"], nnx.Param)
     assert isinstance(w.batch_stats["BatchNorm_0"]["mean"], nnx.BatchStat)
@@ -97,7 +97,7 @@ def test_linen_wrapper_trains_under_nnx_jit_and_grad():
     assert int(model.rngs.dropout.count.value) == count0 + 30  # fresh dropout key per step
     assert not np.allclose(model.batch_stats["BatchNorm_0"]["mean"].value, stats0)
     grads = nnx.grad(lambda m: jnp.mean(m(X, train=False)))(model)
-    assert set(grads.flat_state()) == set(nnx.state(model, nnx.Param).flat_state())
+    assert set(dict(grads.flat_state())) == set(dict(nnx.state(model, nnx.Param).flat_state()))
 
 
 def test_linen_wrapper_custom_collection_and_partitioning():

@@ -32,7 +32,7 @@ def test_plain_containers_are_pytree_nodes_and_not_shared():
     a = {"w": nnx.Param(1.0), "n": 1}
     gd, st = nnx.split([a, a])
     assert gd.nodedef.type is PytreeType
-    assert set(st.flat_state()) == {(0, "w")}  # the Variable is shared, the dict is not
+    assert set(dict(st.flat_state())) == {(0, "w")}  # the Variable is shared, the dict is not
     g = nnx.merge(gd, st)
     assert g[0] is not g[1] and g[0]["w"] is g[1]["w"]
 
@@ -226,7 +226,7 @@ def test_list_items_are_string_attributes_with_integer_paths():
     lst = nnx.List([nnx.Param(1.0), nnx.Param(2.0)])
     assert vars(lst)["0"] is lst[0]
     gd, st = nnx.split(lst)
-    assert set(st.flat_state()) == {(0,), (1,)}
+    assert set(dict(st.flat_state())) == {(0,), (1,)}
     lst2 = nnx.merge(gd, st)
     assert vars(lst2)["1"].value == 2.0
     for _ in range(3):  # past the codegen threshold: the generated merge agrees

@@ -28,7 +28,7 @@ def test_shared_submodule_and_variable_stay_shared():
     m = Pair(shared, shared)
     m.w = shared.kernel
     st = nnx.state(m)
-    assert set(st.flat_state()) == {("a", "bias"), ("a", "kernel")}
+    assert set(dict(st.flat_state())) == {("a", "bias"), ("a", "kernel")}
     m2 = nnx.clone(m)
     assert m2.a is m2.b and m2.w is m2.a.kernel and m2.a is not shared
 
@@ -44,8 +44,8 @@ def test_reference_cycle():
 def test_split_with_filters_and_coverage_error():
     bn = nnx.BatchNorm(3, rngs=nnx.Rngs(0))
     _, params, stats = nnx.split(bn, nnx.Param, nnx.BatchStat)
-    assert set(params.flat_state()) == {("scale",), ("bias",)}
-    assert set(stats.flat_state()) == {("mean",), ("var",)}
+    assert set(dict(params.flat_state())) == {("scale",), ("bias",)}
+    assert set(dict(stats.flat_state())) == {("mean",), ("var",)}
     with pytest.raises(ValueError, match="/mean.*matches none"):
         nnx.split(bn, nnx.Param)
     with pytest.raises(ValueError, match="can only be used as the last filters"):
@@ -71,15 +71,15 @@ def test_update_and_pop_and_lists():
 
     net = Net()
     st = nnx.state(net)
-    assert ("layers", 1, "kernel") in st.flat_state()
+    assert ("layers", 1, "kernel") in dict(st.flat_state())
     new = jax_tree_add(st, 1.0)
     nnx.update(net, new)
     assert jnp.array_equal(net.layers[0].bias.value, jnp.ones(2))
     popped = nnx.pop(net, nnx.Intermediate)
-    assert set(popped.flat_state()) == {("count",)} and not hasattr(net, "count")
+    assert set(dict(popped.flat_state())) == {("count",)} and not hasattr(net, "count")
     # a list mutated in place is seen by the next walk
     net.layers.append(nnx.Linear(2, 2, rngs=nnx.Rngs(5)))
-    assert ("layers", 2, "kernel") in nnx.state(net).flat_state()
+    assert ("layers", 2, "kernel") in dict(nnx.state(net).flat_state())
 
 
 def jax_tree_add(tree, x):

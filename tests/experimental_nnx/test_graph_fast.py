@@ -106,7 +106,7 @@ def _describe(node):
 
 def _flat(st):
     return {p: (v.type, v.get_metadata(), _val(v.value))
-            for p, v in st.flat_state().items()}
+            for p, v in dict(st.flat_state()).items()}
 
 
 @pytest.mark.parametrize("make", CASES)
@@ -146,7 +146,7 @@ def test_fast_split_sees_structure_changes():
     gd, _, _ = _fast(model)
     model.b = nnx.Param(jnp.ones(1))
     gd2, st2 = nnx.split(model)
-    assert gd2 != gd and ("b",) in st2.flat_state()
+    assert gd2 != gd and ("b",) in dict(st2.flat_state())
     model.a.kernel.sharding = ("y",)
     assert nnx.split(model)[1]["a"]["kernel"].sharding == ("y",)
 

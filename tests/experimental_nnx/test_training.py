@@ -49,7 +49,7 @@ def test_rngs_streams_and_missing_stream_error():
         rngs["dropout"]
     split, bcast = nnx.fork(nnx.state(nnx.Rngs(0, other=1)), "default", 3)
     assert split.default.key.value.shape == (3,)
-    assert ("other", "key") in bcast.flat_state()
+    assert ("other", "key") in dict(bcast.flat_state())
 
 
 def test_layers_shapes_and_modes():

@@ -127,7 +127,7 @@ def test_grad_wrt_param_and_batchstat_update():
     net = Net(nnx.Rngs(0))
     x = jnp.arange(6.0).reshape(3, 2)
     grads = nnx.grad(lambda m: jnp.sum(m(x) ** 3))(net)
-    assert set(grads.flat_state()) == {("lin", "kernel"), ("lin", "bias"), ("bn", "scale"),
+    assert set(dict(grads.flat_state())) == {("lin", "kernel"), ("lin", "bias"), ("bn", "scale"),
                                        ("bn", "bias")}
     assert not jnp.array_equal(net.bn.mean.value, jnp.zeros(2))  # stats updated outside
 
@@ -171,7 +171,7 @@ def test_grad_shared_reference_accumulates():
 
     t = Tied()
     g = nnx.grad(lambda t: jnp.sum(t.a(jnp.ones((1, 1))) + t.b(jnp.ones((1, 1)))))(t)
-    assert set(g.flat_state()) == {("a", "kernel")}
+    assert set(dict(g.flat_state())) == {("a", "kernel")}
     np.testing.assert_allclose(g.a.kernel.value, [[2.0]])
 
 

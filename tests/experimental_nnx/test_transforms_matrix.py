@@ -96,7 +96,7 @@ def test_init_in_transform_grad():
     m = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
     grads, extra = nnx.grad(loss, has_aux=True)(m, nnx.Rngs(1))
     assert isinstance(extra, nnx.Linear) and extra.kernel.value.shape == (2, 2)
-    assert set(grads.flat_state()) == {("kernel",), ("bias",)}
+    assert set(dict(grads.flat_state())) == {("kernel",), ("bias",)}
 
 
 # == state updates visible outside ===============================================================
@@ -158,7 +158,7 @@ def test_rng_grad_advances_counts():
     m.w = nnx.Param(jnp.ones(2))
     grads = nnx.grad(lambda m: jnp.sum(m(m.w.value)))(m)
     assert _count(rngs, "noise") == 1
-    assert set(grads.flat_state()) == {("w",)}
+    assert set(dict(grads.flat_state())) == {("w",)}
 
 
 def test_rng_vmap_splits_and_broadcasts():
@@ -260,7 +260,7 @@ def test_shared_references_grad():
     grads = nnx.grad(lambda d: jnp.sum(d["a"](jnp.ones((1, 2)))) +
                      jnp.sum(d["b"](jnp.ones((1, 2)))))(d)
     single = nnx.grad(lambda m: jnp.sum(m(jnp.ones((1, 2)))))(shared)
-    flat = grads.flat_state()
+    flat = dict(grads.flat_state())
     assert len(flat) == 2  # one entry per shared Variable
     (path,) = [p for p in flat if p[-1] == "kernel"]
     np.testing.assert_allclose(flat[path].value, 2 * single.kernel.value, rtol=1e-6)
@@ -420,7 +420,7 @@ def test_jit_constrain_state_true_and_callable():
     seen = []
 
     def constrain(state):
-        seen.append(sorted(state.flat_state()))
+        seen.append(sorted(dict(state.flat_state())))
         return state
 
     nnx.jit(lambda m: m(jnp.ones((1, 4))), constrain_state=constrain)(m)

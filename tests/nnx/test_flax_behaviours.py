@@ -304,9 +304,9 @@ def test_the_0_8_3_face_keeps_its_string_rule():
     m = Foo(old.Rngs(params=0, dropout=1))
     _, params, dropout, param_keys, counts = old.split(
         m, old.Param, "dropout", "params", old.RngCount)
-    assert len(dropout.flat_state()) == 1 and len(param_keys.flat_state()) == 1
-    assert len(counts.flat_state()) == 2  # counts are never picked by a stream name
-    assert sorted(old.state(m, "linear").flat_state()) == [("linear", "bias"),
+    assert len(dict(dropout.flat_state())) == 1 and len(dict(param_keys.flat_state())) == 1
+    assert len(dict(counts.flat_state())) == 2  # counts are never picked by a stream name
+    assert sorted(dict(old.state(m, "linear").flat_state())) == [("linear", "bias"),
                                                           ("linear", "kernel")]
     assert old.Not("linear")(("linear", "kernel"), m.linear.kernel) is False
     assert old.filterlib.to_predicate("x") == old.PathContains("x")

@@ -17,7 +17,7 @@ def _flat(mod, module):
         warnings.simplefilter("ignore")
         st = mod.state(module, mod.Param)
         out = {}
-        flat = st.flat_state()
+        flat = dict(st.flat_state())
         for path, v in (flat.items() if isinstance(flat, dict) else flat):
             out[tuple(path)] = np.asarray(v.value)
         return out
@@ -61,5 +61,5 @@ def test_grad_state_structure_matches():
         warnings.simplefilter("ignore")
         fg = fnnx.grad(loss)(fnnx.Linear(2, 3, rngs=fnnx.Rngs(0)))
         fflat = {tuple(p): np.asarray(v.value) for p, v in fg.flat_state()}  # list of pairs
-    for p, v in g.flat_state().items():
+    for p, v in dict(g.flat_state()).items():
         np.testing.assert_allclose(v.value, fflat[p], rtol=1e-6)

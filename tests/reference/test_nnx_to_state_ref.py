@@ -37,3 +37,15 @@ def _update_from_state(lib):
 @pytest.mark.parametrize("case", [_to_state, _to_state_of_a_ref, _update_from_state])
 def test_same_outcome_as_flax(case):
     assert case(nnx) == case(fnnx)
+
+
+def test_flat_state_is_a_sequence_of_pairs_as_in_flax():
+    def pairs(lib):
+        class Net(lib.Module):
+            def __init__(self, rngs):
+                self.layers = lib.List([lib.Linear(1, 1, rngs=rngs) for _ in range(2)])
+
+        fs = lib.state(Net(lib.Rngs(0))).flat_state()
+        return type(fs).__name__, [tuple(p) for p, _ in fs], [type(v).__name__ for v in fs.leaves]
+
+    assert pairs(nnx) == pairs(fnnx)

@@ -11,7 +11,7 @@ engine function and transform treats it as a Module.
 ...     def __init__(self, rngs):
 ...         self.layers = [nnx.Linear(2, 2, rngs=rngs)]  # a plain list: no data check
 >>> graphdef, state = Block(nnx.Rngs(0)).split()
->>> sorted(state.flat_state())[0]
+>>> sorted(dict(state.flat_state()))[0]
 ('layers', 0, 'bias')
 """
 

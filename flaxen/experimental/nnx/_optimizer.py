@@ -27,7 +27,7 @@ from flaxen.experimental.nnx.graph import state as _state
 from flaxen.experimental.nnx.graph import update as _update
 from flaxen.nnx import filterlib
 from flaxen.nnx.module import Module
-from flaxen.nnx.statelib import State
+from flaxen.nnx.statelib import State, _flat_mapping
 from flaxen.nnx.training.optimizer import OptArray, OptState
 from flaxen.nnx.training.optimizer import _raise_empty_wrt as _raise_empty_wrt_today
 from flaxen.nnx.variablelib import Param
@@ -62,7 +62,7 @@ class Optimizer(LegacyModule):
         self.tx = tx
         self.wrt = wrt
         params_state: State = _state(model, wrt)  # type: ignore[assignment]  # one filter
-        if not params_state.flat_state():
+        if not _flat_mapping(params_state):
             # today's message, listing this face's own (copied) State of the model
             _raise_empty_wrt_today(model, wrt, all_state=_state(model))
         params = _values(params_state)
@@ -112,8 +112,8 @@ def _as_state(template: State, values: dict) -> State:
 
 
 def _raise_mismatch(params: State, grads: tp.Any) -> tp.NoReturn:
-    p_paths = set(params.flat_state())
-    g_paths = set(State(grads).flat_state()) if isinstance(grads, (State, dict)) else set()
+    p_paths = set(_flat_mapping(params))
+    g_paths = set(_flat_mapping(State(grads))) if isinstance(grads, (State, dict)) else set()
     missing = sorted(p_paths - g_paths, key=str)
     extra = sorted(g_paths - p_paths, key=str)
     where = []

@@ -15,7 +15,7 @@ filters by 0.8.3's rule (:mod:`flaxen.experimental.nnx.filterlib`).
 >>> copy is model, bool((copy.kernel.value == model.kernel.value).all())
 (False, True)
 >>> params, rest = nnx.split(model, nnx.Param, ...)[1:]
->>> sorted(params.flat_state())
+>>> sorted(dict(params.flat_state()))
 [('bias',), ('kernel',)]
 """
 

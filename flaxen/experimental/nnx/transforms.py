@@ -33,7 +33,7 @@ from flaxen.experimental.nnx import filterlib as _filters
 from flaxen.experimental.nnx._variable_state import VariableState
 from flaxen.nnx import _lift, filterlib
 from flaxen.nnx._graph_ops import _nest
-from flaxen.nnx.statelib import State
+from flaxen.nnx.statelib import State, _flat_mapping
 from flaxen.nnx.transforms._graph_jit import UNSPECIFIED, JitWrapped
 from flaxen.nnx.variablelib import Param, Variable
 
@@ -164,7 +164,7 @@ def _grad_impl(f: tp.Callable, argnums: int | tp.Sequence[int], has_aux: bool,
             leaves = list(lift.leaves)
             for n, d in zip(nums, diff):
                 if n in diff_pos:
-                    flat_d = d.flat_state()
+                    flat_d = _flat_mapping(d)
                     for i in diff_pos[n]:
                         leaf = flat_d[lift.paths[i]]
                         vals[i] = leaf.value if isinstance(leaf, VariableState) else leaf

@@ -26,7 +26,7 @@ from flaxen.nnx import _graph_ops as _graph
 from flaxen.nnx import filterlib
 from flaxen.nnx._snapshots import SNAPSHOT_TYPES
 from flaxen.nnx.pytreelib import Pytree
-from flaxen.nnx.statelib import State
+from flaxen.nnx.statelib import State, _flat_mapping
 from flaxen.nnx.variablelib import Variable
 
 try:  # today's Pytree tells data attributes from static ones (nnx.data)
@@ -52,9 +52,9 @@ def _metadata(leaf: tp.Any) -> dict:
 def _flat(node: tp.Any, only: filterlib.Filter) -> dict:
     if isinstance(node, State):
         pred = filterlib.to_predicate(only)
-        return {p: v for p, v in node.flat_state().items() if pred(p, v)}
+        return {p: v for p, v in _flat_mapping(node).items() if pred(p, v)}
     only_state: State = _graph.state(node, only)  # type: ignore[assignment]  # one filter
-    return dict(only_state.flat_state().items())
+    return dict(_flat_mapping(only_state).items())
 
 
 class EMA(Pytree):
@@ -84,7 +84,7 @@ class EMA(Pytree):
         the model (or a State) with the structure the EMA was built from."""
         new = _flat(updates, self.filter)
         d = self.decay
-        for path, var in self.params.flat_state().items():
+        for path, var in _flat_mapping(self.params).items():
             if path not in new:
                 raise GraphStateMismatchError(
                     _path_str(path), "EMA.update: the new parameters have no entry for this "
@@ -95,7 +95,7 @@ class EMA(Pytree):
         """A model like ``model`` whose tracked Variables are this EMA's (so it follows later
         updates); its other state comes from ``model``."""
         out = _graph.clone(model)
-        for path, var in self.params.flat_state().items():
+        for path, var in _flat_mapping(self.params).items():
             _set_at(out, path, var)
         return out
 

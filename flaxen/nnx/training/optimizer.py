@@ -36,7 +36,7 @@ from flaxen.errors import GraphStateMismatchError, NNXArgumentError, NNXFilterEr
 from flaxen.nnx import filterlib
 from flaxen.nnx.graphlib import as_pure, state, update
 from flaxen.nnx.pytreelib import Pytree, data
-from flaxen.nnx.statelib import State
+from flaxen.nnx.statelib import State, _flat_mapping
 from flaxen.nnx.variablelib import Param, Variable
 
 M = tp.TypeVar("M")
@@ -211,7 +211,7 @@ def _assign(model: tp.Any, params_state: tp.Any, p_def: tp.Any, new_params: tp.A
         for var, x in zip(targets, jax.tree_util.tree_leaves(new_params)):
             var.set_value(x)
     elif isinstance(model, tp.MutableMapping) and isinstance(new_params, State):
-        for path, x in new_params.flat_state().items():
+        for path, x in _flat_mapping(new_params).items():
             parent = model
             for k in path[:-1]:
                 parent = parent[k]
@@ -270,7 +270,7 @@ def _raise_empty_wrt(model: tp.Any, wrt: tp.Any, graph: bool | None = None,
     try:
         if all_state is None:
             all_state = state(model, graph=graph)
-        flat = all_state.flat_state().items() if isinstance(all_state, State) else ()
+        flat = _flat_mapping(all_state).items() if isinstance(all_state, State) else ()
     except Exception:  # a model the walk rejects: the message just lists nothing
         flat = ()
     for path, leaf in flat:
@@ -290,12 +290,12 @@ def _raise_mismatch(params: tp.Any, grads: tp.Any, wrt: tp.Any, graph: bool | No
                     ) -> tp.NoReturn:
     """Raises the gradients-vs-parameters structure error naming the first path that
     differs, and why when the gradient is there but ``wrt`` does not select it."""
-    p_paths = set(params.flat_state()) if isinstance(params, State) else set()
+    p_paths = set(_flat_mapping(params)) if isinstance(params, State) else set()
     g_all: dict = {}
     try:
         g_state = state(grads, graph=graph)
         if isinstance(g_state, State):
-            g_all = dict(g_state.flat_state())
+            g_all = dict(_flat_mapping(g_state))
     except Exception:  # grads the walk rejects: report every parameter as missing
         pass
     pred = filterlib.to_predicate(wrt)

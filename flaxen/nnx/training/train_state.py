@@ -29,7 +29,7 @@ from flaxen import struct
 from flaxen.errors import GraphStateMismatchError, NNXArgumentError
 from flaxen.nnx import _graphdef
 from flaxen.nnx.graphlib import GraphDef
-from flaxen.nnx.statelib import State
+from flaxen.nnx.statelib import State, _flat_mapping
 
 M = tp.TypeVar("M")
 TS = tp.TypeVar("TS", bound="TrainState")
@@ -111,7 +111,7 @@ def _key(k: tp.Any) -> str:
 
 def _paths(tree: tp.Any) -> set[str]:
     if isinstance(tree, State):
-        return {"/" + "/".join(map(str, p)) for p in tree.flat_state()}
+        return {"/" + "/".join(map(str, p)) for p in _flat_mapping(tree)}
     out = set()
     for path, _ in jax.tree_util.tree_leaves_with_path(tree):
         if path and isinstance(path[-1], jax.tree_util.GetAttrKey) and path[-1].name == "value":

@@ -40,6 +40,7 @@ from flaxen.nnx import _lift, filterlib
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graph_ops import _nest
 from flaxen.nnx._graphdef import NodeDef, NodeRef, VariableDef
+from flaxen.nnx.statelib import _flat_mapping
 from flaxen.nnx.transforms import _functional
 from flaxen.nnx.transforms._common import (
     check_prefix,
@@ -255,11 +256,11 @@ class _CustomVjpBase:
             if from_state:
                 flat = {}
                 if hasattr(ct, "flat_state"):
-                    flat = dict(ct.flat_state())
+                    flat = dict(_flat_mapping(ct))
                 elif isinstance(ct, (tuple, list)):  # a pytree argument: one State per node
                     for sub in ct:
                         if hasattr(sub, "flat_state"):
-                            flat.update(sub.flat_state())
+                            flat.update(_flat_mapping(sub))
                 for path, i in items:
                     leaf = flat.get(path)
                     if leaf is not None:
