@@ -140,8 +140,9 @@ _COMMON_ENV = {
 }
 
 
-def _plain(t: type) -> bool:
-    # a Variable class whose value and metadata live in Variable's own slots (no hijax)
+def plain_variable_type(t: type) -> bool:
+    """A Variable class whose value and metadata live in Variable's own slots (no hijax),
+    which generated code may write directly."""
     return (getattr(t, "_hijax_var_type", None) is None
             and t.raw_value is Variable.raw_value  # type: ignore[attr-defined]
             and t._var_metadata is Variable._var_metadata)  # type: ignore[attr-defined]
@@ -156,7 +157,7 @@ def make_states_fn(defs: tuple, variables: bool = False, snapshot: type | None =
     vp = _var_paths(defs)
     if vp is None:
         return None
-    if not variables and snapshot is None and not all(_plain(d.type) for _, d in vp):
+    if not variables and snapshot is None and not all(plain_variable_type(d.type) for _, d in vp):
         return None
     trie = _trie(p for p, _ in vp)
     if trie is None and vp:

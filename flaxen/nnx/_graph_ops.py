@@ -514,9 +514,7 @@ def _kind(t: type) -> int:
         elif t in SNAPSHOT_TYPES:
             k = 0
         elif issubclass(t, Variable):
-            plain = (t.raw_value is Variable.raw_value  # type: ignore[attr-defined]
-                     and t._var_metadata is Variable._var_metadata)  # type: ignore[attr-defined]
-            k = 1 if plain else 3
+            k = 1 if _codegen.plain_variable_type(t) else 3
         else:
             k = 2
         _KINDS[t] = k

@@ -22,7 +22,7 @@ import typing as tp
 import jax
 
 from flaxen.nnx import _snapshots, _trace, _treescope
-from flaxen.nnx.variablelib import _DEFAULT_REQUIRED, _leaves_equal
+from flaxen.nnx.variablelib import _DEFAULT_REQUIRED, _leaves_equal, _ref_read
 
 A = tp.TypeVar("A")
 
@@ -79,8 +79,7 @@ class VariableState(tp.Generic[A]):
     def of(cls, variable: tp.Any) -> VariableState:
         """The snapshot of ``variable`` (what ``Variable.to_state()`` gave in Flax 0.8.3),
         its value read out of a ``jax.Ref``."""
-        value = jax.tree_util.tree_map(
-            lambda x: x[...] if isinstance(x, jax.Ref) else x, variable.raw_value)
+        value = jax.tree_util.tree_map(_ref_read, variable.raw_value)
         return _make_state(type(variable), value, variable._var_metadata)
 
     def to_variable(self) -> tp.Any:

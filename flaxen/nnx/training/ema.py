@@ -54,7 +54,7 @@ def _flat(node: tp.Any, only: filterlib.Filter) -> dict:
         pred = filterlib.to_predicate(only)
         return {p: v for p, v in _flat_mapping(node).items() if pred(p, v)}
     only_state: State = _graph.state(node, only)  # type: ignore[assignment]  # one filter
-    return dict(_flat_mapping(only_state).items())
+    return _flat_mapping(only_state)
 
 
 class EMA(Pytree):

@@ -295,7 +295,7 @@ def _raise_mismatch(params: tp.Any, grads: tp.Any, wrt: tp.Any, graph: bool | No
     try:
         g_state = state(grads, graph=graph)
         if isinstance(g_state, State):
-            g_all = dict(_flat_mapping(g_state))
+            g_all = _flat_mapping(g_state)
     except Exception:  # grads the walk rejects: report every parameter as missing
         pass
     pred = filterlib.to_predicate(wrt)

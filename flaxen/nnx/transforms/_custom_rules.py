@@ -256,7 +256,7 @@ class _CustomVjpBase:
             if from_state:
                 flat = {}
                 if hasattr(ct, "flat_state"):
-                    flat = dict(_flat_mapping(ct))
+                    flat = _flat_mapping(ct)
                 elif isinstance(ct, (tuple, list)):  # a pytree argument: one State per node
                     for sub in ct:
                         if hasattr(sub, "flat_state"):
