@@ -125,6 +125,7 @@ _COMMON_ENV = {
     "_S": State,
     "_MISS": MISS,
     "_current_trace": _trace.current_trace,
+    "_TOP": _trace.TOP,
     "_set_meta": Variable._var_metadata.__set__,  # type: ignore[attr-defined]
     "_set_trace": Variable._trace_state.__set__,  # type: ignore[attr-defined]
     "_set_raw": Variable.raw_value.__set__,  # type: ignore[attr-defined]
@@ -380,17 +381,32 @@ def make_merge_fn(defs: tuple, variables: bool = False, snapshot: type | None = 
     root = build(defs[0])
     if not ok[0]:
         return None
+    # upward: Pytree subclasses get their own generated code; pytreelib sits above
+    from flaxen.nnx.pytreelib import Pytree, lazy_bookkeeping, record_merge_status
+
     if nodes:
         names = ", ".join(n for n, *_ in nodes)
+
+        def subset(chosen: list[str]) -> str:
+            return "os_" if len(chosen) == len(nodes) else f"({', '.join(chosen)},)"
+
         ln.append(f"os_ = _list(_map(_new, {src.const(tuple(t for _, t, *_ in nodes))}))")
         ln.append(f"{names}, = os_")
-        ln.append("_drain(_map(_set_node_trace, os_, _repeat(tr)))")
-        with_status = [(n, st) for n, _, st, _, _ in nodes if st is not None]
-        if len(with_status) == len(nodes):
-            ln.append(f"_drain(_map(_set_status, os_, "
-                      f"{src.const(tuple(st for _, st in with_status))}))")
-        elif with_status:
-            ln.append(f"_drain(_map(_set_status, ({', '.join(n for n, _ in with_status)},), "
+        # Pytree bookkeeping slots are left unset where Pytree.__getattr__ answers the same
+        # value (see pytreelib.lazy_bookkeeping): the trace outside transforms, the class's
+        # recorded merge status
+        lazy = {n for n, t, *_ in nodes if lazy_bookkeeping(t)}
+        eager = [n for n, *_ in nodes if n not in lazy or _trace.TOP is None]
+        if eager:
+            ln.append(f"_drain(_map(_set_node_trace, {subset(eager)}, _repeat(tr)))")
+        if len(eager) < len(nodes):
+            rest = [n for n, *_ in nodes if n not in eager]
+            ln.append(f"if tr is not _TOP: "
+                      f"_drain(_map(_set_node_trace, {subset(rest)}, _repeat(tr)))")
+        with_status = [(n, st) for n, t, st, _, _ in nodes if st is not None
+                       and not (n in lazy and record_merge_status(t, st))]
+        if with_status:
+            ln.append(f"_drain(_map(_set_status, {subset([n for n, _ in with_status])}, "
                       f"{src.const(tuple(st for _, st in with_status))}))")
         ln.append(f"ds_ = _list(_map(_dcopy, {src.const(tuple(t for *_, t, _ in nodes))}))")
         if len({id(getattr(x, "__self__", x)) for *_, x in nodes}) == 1:
@@ -402,9 +418,6 @@ def make_merge_fn(defs: tuple, variables: bool = False, snapshot: type | None = 
     ln.append(f"return {root}")
     env = dict(_COMMON_ENV)
     env["_set_node_trace"] = GraphNode._nnx_trace.__set__  # type: ignore[attr-defined]
-    # upward: Pytree subclasses get their own generated code; pytreelib sits above
-    from flaxen.nnx.pytreelib import Pytree
-
     env["_set_status"] = Pytree._pytree__status.__set__  # type: ignore[attr-defined]
     fn = src.compile("merge_state", "s", env)
     # the same build from the leaves themselves (statelib.remembered_leaves): no lookup
@@ -474,7 +487,7 @@ def _emit_tree_build(src: _Source, treedef: tp.Any, path_index: tp.Sequence[tupl
     """Lines building the tree of ``treedef`` from ``l0``, ``l1``... (leaves in path order);
     returns the root's expression."""
     # upward: Pytree nodes are built inline; pytreelib sits above this file
-    from flaxen.nnx.pytreelib import Pytree
+    from flaxen.nnx.pytreelib import Pytree, lazy_bookkeeping, record_merge_status
 
     base_unflatten = Pytree.__dict__["_pytree__unflatten"].__func__
     slot = [0] * len(path_index)  # treedef position -> name of the leaf in path order
@@ -483,6 +496,8 @@ def _emit_tree_build(src: _Source, treedef: tp.Any, path_index: tp.Sequence[tupl
     ln = src.lines
     ln.append("tr = _current_trace()")
     counter = [0]
+    deferred: list[str] = []
+
     def build(td: tp.Any) -> str:
         data = td.node_data()
         if data is None:  # a leaf
@@ -514,8 +529,18 @@ def _emit_tree_build(src: _Source, treedef: tp.Any, path_index: tp.Sequence[tupl
         names = [str(k) if str_keys else k for k in data_keys]
         exprs = [build(c) for c in kids]
         o = src.fresh("o")
-        ln.append(f"{o} = _new({src.const(typ)}); _set_node_trace({o}, tr); "
-                  f"_set_status({o}, {src.const(status)})")
+        line = f"{o} = _new({src.const(typ)})"
+        # bookkeeping slots left unset where Pytree.__getattr__ answers the same value (see
+        # make_merge_fn); the trace is written at the end, as no other code sees the object
+        # before the function returns
+        lazy = lazy_bookkeeping(typ)
+        if lazy and _trace.TOP is not None:
+            deferred.append(o)
+        else:
+            line += f"; _set_node_trace({o}, tr)"
+        if not (lazy and record_merge_status(typ, status)):
+            line += f"; _set_status({o}, {src.const(status)})"
+        ln.append(line)
         if len(static_keys) >= 2:
             # a copy of a template (data keys first, then the static values), then the data
             # assigned: cheaper than a dict display that unpacks the static values
@@ -533,4 +558,8 @@ def _emit_tree_build(src: _Source, treedef: tp.Any, path_index: tp.Sequence[tupl
         ln.append(f"{src.const(setter)}({o}, {{{', '.join(items)}}})")
         return o
 
-    return build(treedef)
+    root = build(treedef)
+    if deferred:
+        ln.append(f"if tr is not _TOP: "
+                  f"_drain(_map(_set_node_trace, ({', '.join(deferred)},), _repeat(tr)))")
+    return root

@@ -8,6 +8,11 @@ attribute write, hence the fast private read with a public fallback.
 
 from __future__ import annotations
 
+# The trace outside every transform (one object for the life of the process), or None where
+# it cannot be read. Generated merge code leaves a Pytree's trace slot unset when building
+# there; ``Pytree.__getattr__`` then answers with this.
+TOP: object | None = None
+
 try:  # one attribute read (~0.1us); the public API below costs ~1.4us per check
     from jax._src.core import trace_ctx as _trace_ctx
 
@@ -28,6 +33,13 @@ try:  # one attribute read (~0.1us); the public API below costs ~1.4us per check
     if _trace_ref is not None:
         def current_trace() -> object:  # noqa: F811  # the same, read directly
             return _trace_ref.value  # type: ignore[union-attr]
+
+    try:
+        from jax._src.core import eval_trace as _eval_trace
+
+        TOP = _eval_trace
+    except ImportError:  # pragma: no cover
+        pass
 
     try:
         from jax._src.interpreters.ad import JVPTrace, LinearizeTrace

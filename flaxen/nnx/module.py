@@ -27,7 +27,7 @@ from collections.abc import MutableMapping, MutableSequence
 import jax
 
 from flaxen.errors import SetAttributesNotFoundError, SowTypeError
-from flaxen.nnx import _trace, filterlib, reprlib
+from flaxen.nnx import _trace, filterlib, pytreelib, reprlib
 from flaxen.nnx._graph_ops import iter_graph
 from flaxen.nnx._sow_stores import CAPTURES, capture, put, store_for
 from flaxen.nnx.pytreelib import Pytree, PytreeMeta, _is_tag, has_data, is_data
@@ -269,8 +269,9 @@ class Dict(reprlib.MappingReprMixin, Module, MutableMapping):
     def __len__(self) -> int:
         return len(self.__dict__)
 
+    @pytreelib.chains_bookkeeping
     def __getattr__(self, name: str) -> tp.Any:
-        if name == "_pytree__status":
+        if name in pytreelib.BOOKKEEPING:
             return Module.__getattr__(self, name)
         raise AttributeError(f"nnx.Dict has no key or attribute {name!r}")
 

@@ -230,6 +230,39 @@ class PytreeState(_reprlib.Representable):
         yield _reprlib.Attr("is_setup", self.is_setup)
 
 
+# -- bookkeeping slots -------------------------------------------------------------------
+# A Pytree keeps its trace (``_nnx_trace``) and data/static status (``_pytree__status``) in
+# slots. Generated merge code builds a hundred objects in a few C-level loops; writing both
+# slots would be a third of its time, so it leaves them unset where ``Pytree.__getattr__``
+# answers the value it would have written: the trace outside every transform
+# (``_trace.TOP``), and the status the class recorded for merges (``record_merge_status``).
+BOOKKEEPING = frozenset({"_pytree__status", "_nnx_trace"})
+
+
+def chains_bookkeeping(fn: tp.Callable) -> tp.Callable:
+    """Marks a Pytree subclass's ``__getattr__`` that hands the names in :data:`BOOKKEEPING`
+    on to ``super().__getattr__``: its objects may be built with those slots unset."""
+    fn._nnx_chains_bookkeeping = True  # type: ignore[attr-defined]
+    return fn
+
+
+def lazy_bookkeeping(typ: type) -> bool:
+    """True when objects of ``typ`` may be built with their bookkeeping slots unset: a
+    Pytree whose attribute lookup reaches ``Pytree.__getattr__`` for those names (a
+    subclass's own ``__getattr__`` must be marked with :func:`chains_bookkeeping`)."""
+    return (isinstance(typ, type) and issubclass(typ, Pytree)
+            and typ.__getattribute__ is object.__getattribute__
+            and getattr(typ.__getattr__, "_nnx_chains_bookkeeping", False))
+
+
+def record_merge_status(typ: type, status: tp.Any) -> bool:
+    """Whether an object of ``typ`` built with its status slot unset reads ``status``. The
+    first status a class is asked about becomes the one such objects read."""
+    if "_pytree__merge_status" not in typ.__dict__:
+        typ._pytree__merge_status = status  # type: ignore[attr-defined]
+    return bool(typ.__dict__["_pytree__merge_status"] == status)
+
+
 class _Status(dict):
     """``name -> is data`` of one Pytree's attributes; hashable (graph definition metadata),
     shared between objects until one of them changes."""
@@ -349,11 +382,18 @@ class Pytree(GraphNode, _reprlib.Representable, metaclass=PytreeMeta):
     def _pytree__state(self) -> PytreeState:
         return PytreeState._of(self)
 
+    @chains_bookkeeping
     def __getattr__(self, name: str) -> tp.Any:
-        if name == "_pytree__status":  # built without __init__ (merge, unflatten, copy)
-            status = type(self)._pytree__class_status
+        # Only reached for a slot left unset by a build without __init__ (see
+        # lazy_bookkeeping): answer what that build would have written, and keep it.
+        if name == "_pytree__status":
+            cls = type(self)
+            status = cls.__dict__.get("_pytree__merge_status", cls._pytree__class_status)
             object.__setattr__(self, "_pytree__status", status)
             return status
+        if name == "_nnx_trace" and _trace.TOP is not None:
+            object.__setattr__(self, "_nnx_trace", _trace.TOP)
+            return _trace.TOP
         raise AttributeError(
             f"'{type(self).__name__}' object has no attribute '{name}'")
 
@@ -442,10 +482,16 @@ class Pytree(GraphNode, _reprlib.Representable, metaclass=PytreeMeta):
         return graph.clone(self)  # Variables copied, arrays (immutable) shared
 
     def __getstate__(self) -> dict:
-        return dict(self.__dict__)
+        # the data/static status travels with the attributes (as in Flax, whose status sits
+        # in __dict__): a copy.copy or an unpickled object keeps its data leaves
+        return {**self.__dict__, "_pytree__status": self._pytree__status}
 
     def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        status = state.pop("_pytree__status", None)
         object.__setattr__(self, "_nnx_trace", _trace.current_trace())
+        if status is not None:
+            object.__setattr__(self, "_pytree__status", _Status(status))
         self.__dict__.update(state)
 
     # -- repr ------------------------------------------------------------------------------

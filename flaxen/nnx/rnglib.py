@@ -32,7 +32,7 @@ import numpy as np
 from flaxen.errors import NNXArgumentError, RngStreamNotFoundError, TraceContextError
 from flaxen.nnx import filterlib
 from flaxen.nnx._trace import current_trace as _current_trace
-from flaxen.nnx.pytreelib import Pytree
+from flaxen.nnx.pytreelib import BOOKKEEPING, Pytree, chains_bookkeeping
 from flaxen.nnx.statelib import State, _flat_mapping
 from flaxen.nnx.variablelib import Variable
 
@@ -281,8 +281,10 @@ class Rngs(_RandomMethods, Pytree):
                 raise self._missing(name)
         return stream
 
+    @chains_bookkeeping
     def __getattr__(self, name: str) -> RngStream:
-        if name.startswith("_pytree__"):  # bookkeeping of a copy built without __init__
+        # bookkeeping of an object built without __init__ (a copy, a merge)
+        if name.startswith("_pytree__") or name in BOOKKEEPING:
             return super().__getattr__(name)
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)

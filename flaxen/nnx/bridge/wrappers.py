@@ -41,6 +41,7 @@ from flaxen.nnx import _graph_ops as graphlib
 from flaxen.nnx._variable_names import variable_name_from_type
 from flaxen.nnx.bridge import variables as bv
 from flaxen.nnx.module import Module
+from flaxen.nnx.pytreelib import chains_bookkeeping
 from flaxen.nnx.rnglib import Rngs, RngState
 from flaxen.nnx.variablelib import Variable
 
@@ -205,6 +206,7 @@ class ToNNX(Module, **NO_PYTREE):
         """``lazy_init(self, *args, **kwargs)``."""
         return lazy_init(self, *args, **kwargs)
 
+    @chains_bookkeeping
     def __getattr__(self, name: str) -> tp.Any:
         if name.startswith("_") or name.startswith("to_nnx__"):
             parent = getattr(super(), "__getattr__", None)

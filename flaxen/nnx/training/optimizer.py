@@ -35,7 +35,7 @@ import optax
 from flaxen.errors import GraphStateMismatchError, NNXArgumentError, NNXFilterError
 from flaxen.nnx import filterlib
 from flaxen.nnx.graphlib import as_pure, state, update
-from flaxen.nnx.pytreelib import Pytree, data
+from flaxen.nnx.pytreelib import Pytree, chains_bookkeeping, data
 from flaxen.nnx.statelib import State, _flat_mapping
 from flaxen.nnx.variablelib import Param, Variable
 
@@ -143,6 +143,7 @@ class Optimizer(Pytree, tp.Generic[M]):
         self.opt_state = data(to_opt_state(tx.init(params)))
         self.wrt = wrt
 
+    @chains_bookkeeping
     def __getattr__(self, name: str) -> tp.Any:
         if name == "model":
             raise AttributeError(
