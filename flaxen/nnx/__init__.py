@@ -253,11 +253,13 @@ def _set_public_homes() -> None:
 
 _set_public_homes()
 
+# Loaded with the package, as in Flax: Dict, List and Sequential name it as their module,
+# and tools that resolve a class by its module (treescope's reprs) look in sys.modules.
+from flaxen.nnx import helpers as helpers  # noqa: E402
+from flaxen.nnx.training.train_state import TrainState as TrainState  # noqa: E402
 
 _LAZY = {
-    # loaded on first use: TrainState needs flaxen.struct, the interop modules flaxen.linen
-    "TrainState": ("flaxen.nnx.training.train_state", "TrainState"),
-    "helpers": ("flaxen.nnx.helpers", None),
+    # loaded on first use: the interop modules need flaxen.linen
     "compatibility": ("flaxen.nnx.compatibility", None),
     "bridge": ("flaxen.nnx.bridge", None),
     "wrappers": ("flaxen.nnx.bridge.wrappers", None),

@@ -284,7 +284,11 @@ class Dict(reprlib.MappingReprMixin, Module, MutableMapping):
 
 
 class List(reprlib.SequenceReprMixin, Module, MutableSequence[T]):
-    """A Module that is also a list: ``nnx.List([layer1, layer2])``; every item is data.
+    """A Module that is also a list: ``nnx.List([layer1, nnx.relu, layer2])``.
+
+    As in Flax, an item holding arrays, Variables or Modules (also inside containers) is
+    data; any other (a function, a number, a string) is static, so ``jax.jit`` of a Module
+    holding ``nnx.Sequential(layer, jax.nn.relu)`` keeps the function out of its leaves.
 
     Items are attributes named ``'0'``, ``'1'``, ... (``vars(lst)['0']``); graph paths and
     State keys use the integer index (``state[0]``). Other attributes (``lst.tag = 'x'``)
@@ -303,7 +307,7 @@ class List(reprlib.SequenceReprMixin, Module, MutableSequence[T]):
 
     def __init__(self, iterable: tp.Iterable[tp.Any] = (), /) -> None:
         for i, v in enumerate(iterable):
-            _write(self, str(i), v, True)
+            _write(self, str(i), v)
 
     def __len__(self) -> int:
         d = self.__dict__
@@ -333,7 +337,7 @@ class List(reprlib.SequenceReprMixin, Module, MutableSequence[T]):
             items[i] = list(value)
             self._reset(items)
             return
-        _write(self, str(self._index(i)), value, True)
+        _write(self, str(self._index(i)), value)
 
     def __delitem__(self, i: int | slice) -> None:
         items = list(self)
@@ -355,7 +359,7 @@ class List(reprlib.SequenceReprMixin, Module, MutableSequence[T]):
     __hash__ = None  # type: ignore[assignment]
 
     def append(self, value: tp.Any) -> None:
-        _write(self, str(len(self)), value, True)
+        _write(self, str(len(self)), value)
 
     def extend(self, values: tp.Iterable[tp.Any]) -> None:
         for v in values:
@@ -381,7 +385,7 @@ class List(reprlib.SequenceReprMixin, Module, MutableSequence[T]):
             status = status.without(k)
         object.__setattr__(self, "_pytree__status", status)
         for j, v in enumerate(items):
-            _write(self, str(j), v, True)
+            _write(self, str(j), v)
 
     def __nnx_repr__(self) -> tp.Iterator[tp.Any]:
         # printed as a sequence (``List([...])``), without the size comment of Modules
