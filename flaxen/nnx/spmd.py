@@ -73,7 +73,7 @@ def _set_meta(v: tp.Any, **updates: tp.Any) -> None:
 
 def with_partitioning(initializer: F, sharding: tp.Any, mesh: Mesh | None = None,
                       **metadata: tp.Any) -> F:
-    """``initializer`` whose Variables get ``out_sharding=sharding`` (and ``mesh``) metadata.
+    """``initializer`` whose Variables get ``out_sharding=sharding`` and ``mesh`` metadata.
 
     >>> import jax, jax.numpy as jnp
     >>> from flaxen import nnx
@@ -81,12 +81,12 @@ def with_partitioning(initializer: F, sharding: tp.Any, mesh: Mesh | None = None
     >>> nnx.Param(init(jax.random.key(0), (2, 2))).out_sharding
     ('data', None)
     """
-    extra = dict(metadata)
-    if mesh is not None:
-        extra["mesh"] = mesh
     if isinstance(sharding, list):
         sharding = tuple(sharding)
-    return with_metadata(initializer, out_sharding=sharding, **extra)  # type: ignore[return-value]
+    # ``mesh`` is recorded even when None, as Flax does: ``var.mesh`` reads None and the
+    # metadata (GraphDefs, reprs) has the same keys
+    return with_metadata(initializer, out_sharding=sharding, mesh=mesh,  # type: ignore[return-value]
+                         **metadata)
 
 
 def get_var_pspec(v: tp.Any) -> PartitionSpec | None:

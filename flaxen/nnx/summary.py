@@ -432,7 +432,9 @@ def tabulate(
     kwargs = {"force_terminal": True, **dict(console_kwargs)}
     text = render.render(f"{type(obj).__name__} Summary", columns, cells, footers, caption,
                          kwargs, table_kwargs, column_kwargs)
-    return text[1:] if text.startswith("\n") else text
+    # the shared renderer frames the table in newlines as Linen's tabulate does; Flax's
+    # nnx.tabulate gives the console's text alone
+    return text[1:-1] if text.startswith("\n") and text.endswith("\n") else text
 
 
 # -- Flax 0.12.8's other names in nnx.summary -------------------------------------------------

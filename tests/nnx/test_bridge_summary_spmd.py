@@ -45,6 +45,8 @@ class _Model(nnx.Module):
 
 def test_tabulate_rows_columns_and_totals():
     text = nnx.tabulate(_Model(nnx.Rngs(0)), jnp.ones((1, 2)), console_kwargs=PLAIN)
+    # the console's text alone, as Flax's: no blank line before or after the table
+    assert not text.startswith("\n") and text.endswith(" \n") and not text.endswith("\n\n")
     lines = text.splitlines()
     assert "_Model Summary" in lines[0]
     header = lines[2]
@@ -109,6 +111,7 @@ def test_with_partitioning_sets_out_sharding_and_spec():
     init = nnx.with_partitioning(jax.nn.initializers.ones, ("a", None))
     layer = nnx.Linear(2, 3, kernel_init=init, rngs=nnx.Rngs(0))
     assert layer.kernel.out_sharding == ("a", None)
+    assert layer.kernel.mesh is None and "mesh" in layer.kernel.get_metadata()  # as Flax
     assert nnx.spmd.get_var_pspec(layer.kernel) == PartitionSpec("a", None)
     assert nnx.spmd.get_var_pspec(layer.bias) == PartitionSpec()
 
