@@ -235,9 +235,10 @@ _EVERYTHING = Everything()
 _NOTHING = Nothing()
 
 
-class _InvalidFilter(InvalidFilterError, TypeError):
-    """Raised by :func:`to_predicate`: flaxen's filter error, and the ``TypeError`` Flax's
-    NNX raises for the same mistake, so either ``except`` clause catches it."""
+class _InvalidFilter(InvalidFilterError, TypeError, ValueError):
+    """Raised by :func:`to_predicate`: flaxen's filter error, the ``TypeError`` Flax's NNX
+    means to raise for the same mistake and the ``ValueError`` its message formatting
+    raises instead (Flax 0.12.8), so any of those ``except`` clauses catches it."""
 
 
 def to_predicate(filter: Filter) -> Predicate:  # noqa: A002
