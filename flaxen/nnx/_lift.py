@@ -62,8 +62,9 @@ import typing as tp
 import jax
 import numpy as np
 
-from flaxen.errors import NNXTransformError
+from flaxen.errors import NNXTransformError, TraceContextError
 from flaxen.nnx import _graph_engine as eng
+from flaxen.nnx import _trace
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graph_ops import GraphDef as ApiGraphDef
 from flaxen.nnx._graph_ops import _intern
@@ -77,6 +78,41 @@ _RAW = itertools.repeat("raw_value")
 
 def is_node(x: tp.Any) -> bool:
     return isinstance(x, (GraphNode, Variable))
+
+
+class ForeignTraceError(TraceContextError, ValueError):
+    """An NNX transform got an object created under another JAX trace (captured by closure
+    from outside a ``jax.jit``/``jax.grad``/...). Both the ``ValueError`` and the
+    ``TraceContextError`` Flax raises for this mistake catch it."""
+
+
+def check_trace(flat: tp.Any) -> None:
+    """Refuses the walk's objects that belong to another JAX trace than the current one.
+
+    Lifting such an object would write the transform's tracers into it when the transform
+    returns (a module captured from outside a ``jax.jit`` would keep the jit's tracers), so
+    Flax refuses it, and so does flaxen. Outside every transform there is nothing to check:
+    an object is either this trace's or holds leaked tracers JAX itself reports."""
+    tr = _trace.current_trace()
+    if tr is _trace.TOP:
+        return
+    for obj in flat.refs:
+        if isinstance(obj, Variable):
+            if obj._trace_state is tr or obj.hijax:
+                continue
+        elif isinstance(obj, GraphNode):
+            if obj._nnx_trace is tr or obj._lenient_trace_ok():
+                continue
+        else:
+            continue
+        where = next((p for p, leaf in zip(flat.paths, flat.leaves) if leaf is obj), None)
+        at = f" at /{'/'.join(map(str, where))}" if where else ""
+        raise ForeignTraceError(
+            f"Cannot extract graph node from different trace level: a {type(obj).__name__}"
+            f"{at} was created outside the JAX transform now running (captured by closure "
+            "inside jax.jit, jax.grad, jax.vmap, ...?), and lifting it would store that "
+            "transform's tracers in it. Pass it as an argument of the outer transform (use "
+            "nnx.jit/nnx.grad/... there), or create it inside.")
 
 
 def _split_nodes(tree: tp.Any) -> tuple[list, tp.Any, tuple, tuple]:
@@ -173,13 +209,19 @@ class Lift:
     __slots__ = ("flat", "leaves", "treedef", "node_pos", "static", "out", "built")
 
     def __init__(self, args: tuple, kwargs: dict, extra: tp.Any = (),
-                 last: InStatic | None = None, *, roots: bool = False) -> None:
+                 last: InStatic | None = None, *, roots: bool = False,
+                 check: bool = False) -> None:
+        # ``check``: the transform writes the objects' new state back (graph mode with
+        # graph updates), so objects of another JAX trace are refused (check_trace); a
+        # loop (``roots``) always writes back
         if roots:
             self._walk_roots(args, kwargs, extra)
             return
         leaves, self.treedef, self.node_pos, nodes = split_args(args, kwargs)
         self.leaves = leaves
         self.flat = eng.flatten_cached(nodes, _intern) if nodes else None
+        if check and self.flat is not None:
+            check_trace(self.flat)
         gd = self.flat.graphdef if self.flat is not None else None
         if (last is not None and last.graphdef is gd and last.treedef is self.treedef
                 and last.node_pos == self.node_pos and last.extra == extra):
@@ -199,6 +241,7 @@ class Lift:
         self.node_pos = tuple(range(n))
         self.leaves = [None] * n
         self.flat = eng.flatten(args, root_paths=[(i,) for i in range(n)])
+        check_trace(self.flat)
         self.static = InStatic(_RootsDef(self.flat.defs), self.treedef,  # type: ignore[arg-type]
                                self.node_pos, extra)
         self.out = None
@@ -247,11 +290,23 @@ class Lift:
 
         return pure
 
-    def write_values(self, new_values: tp.Sequence[tp.Any]) -> None:
+    def write_values(self, new_values: tp.Sequence[tp.Any],
+                     changed: tp.Sequence[int] | None = None) -> None:
         """Functional modes: the new values into the input Variables, in leaf order (bare
-        arrays held as attributes are left alone, as the structure is)."""
+        arrays held as attributes are left alone, as the structure is). Inside another
+        transform only the values the function ``changed`` are written: the others come
+        back as that transform's tracers, which a Variable captured from outside it must
+        not keep."""
         flat = self.flat
         if flat is None:
+            return
+        if changed is not None and _trace.current_trace() is not _trace.TOP:
+            objs = [flat.leaves[i] for i in changed]
+            vals = [new_values[i] for i in changed]
+            check_foreign_writes(objs, vals)
+            for var, x in zip(objs, vals):
+                if hasattr(var, "raw_value"):
+                    _setattr(var, "raw_value", x)
             return
         if not flat.has_arrays:  # every leaf a Variable: graph mode's one C-level loop
             for _ in map(_setattr, flat.leaves, _RAW, new_values):
@@ -270,7 +325,7 @@ class Lift:
         if out.functional:
             n_in = out.n_input_leaves
             if update_inputs:
-                self.write_values(values[:n_in])
+                self.write_values(values[:n_in], out.changed)
             return build_output(out, values[n_in:], out_leaves)
         flat = self.flat
         if out.fast and flat is not None and update_inputs:
@@ -290,6 +345,25 @@ class Lift:
         for p, n in zip(out.out_node_pos, roots[out.n_inputs:]):
             leaves[p] = n
         return out.out_treedef.unflatten(leaves)
+
+
+def check_foreign_writes(leaves: tp.Sequence[tp.Any], new_values: tp.Sequence[tp.Any]
+                         ) -> None:
+    """Refuses writing a changed value into a Variable of another JAX trace.
+
+    The functional modes lift objects of any trace, as Flax's do (nothing is written back
+    unless it changed); a change to a captured Variable would store this trace's tracer."""
+    tr = _trace.current_trace()
+    if tr is _trace.TOP:
+        return
+    for var, x in zip(leaves, new_values):
+        if (isinstance(var, Variable) and var.raw_value is not x and not var.hijax
+                and var._trace_state is not tr):
+            raise ForeignTraceError(
+                f"Cannot mutate {type(var).__name__} from a different trace level: the "
+                "function changed a Variable created outside the JAX transform now running "
+                "(captured by closure?), which would keep that transform's tracer. Pass it "
+                "as an argument of the outer transform, or create it inside.")
 
 
 class Inner:
@@ -330,7 +404,7 @@ class OutStatic:
     """The static half of a lifted call's result, fixed per trace."""
 
     __slots__ = ("graphdef", "idx_pairs", "out_treedef", "out_node_pos", "n_inputs",
-                 "n_input_leaves", "var_paths", "fast", "functional")
+                 "n_input_leaves", "var_paths", "fast", "functional", "changed")
 
     def __init__(self, graphdef: GraphDef, idx_pairs: tuple, out_treedef: tp.Any,
                  out_node_pos: tuple, n_inputs: int, n_input_leaves: int, var_paths: list,
@@ -345,8 +419,10 @@ class OutStatic:
         self.var_paths = var_paths
         self.fast = fast
         # functional modes: ``graphdef`` holds the output's nodes only (``n_inputs`` is 0)
-        # and the first ``n_input_leaves`` values are the input Variables' new values
+        # and the first ``n_input_leaves`` values are the input Variables' new values, of
+        # which those at ``changed`` are ones the function changed
         self.functional = functional
+        self.changed: tuple[int, ...] | None = None
 
     # the output's half, by the names the functional callers use
     @property
@@ -380,7 +456,10 @@ def exit(inner: Inner, out: tp.Any, *, functional: str | None = None
     module docstring)."""
     if functional is not None:
         out_leaves, ostatic, out_values = split_output(inner, out, functional)
-        return [*input_values(inner), *out_values], out_leaves, ostatic
+        new_in = input_values(inner)
+        ostatic.changed = tuple(i for i, (a, b) in enumerate(zip(new_in, inner.values))
+                                if a is not b)
+        return [*new_in, *out_values], out_leaves, ostatic
     out_leaves, out_treedef, out_pos, out_nodes = _split_nodes(out)
     roots = (*inner.copies, *out_nodes)
     n_in = len(inner.copies)

@@ -23,7 +23,6 @@ True
 from __future__ import annotations
 
 import typing as tp
-from collections.abc import Mapping
 
 import jax
 import numpy as np
@@ -32,6 +31,7 @@ from flaxen import traceback_util
 from flaxen.nnx import _codegen, _graphdef, filterlib
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import _graph_ops as _ops
+from flaxen.nnx import _graph_views as _views  # nnx.view's Module settings
 from flaxen.nnx import _node_protocol as _proto
 from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._graph_ops import (
@@ -48,6 +48,10 @@ from flaxen.nnx._graph_state import (  # a State bundled with its GraphDef
     _gs_flatten_with_keys,  # noqa: F401
     _gs_unflatten,  # noqa: F401
     _merge_graph_states,
+)
+from flaxen.nnx._graph_views import (  # nnx.view_info, public here
+    _args_doc,  # noqa: F401 - kept importable from here
+    view_info,  # noqa: F401
 )
 from flaxen.nnx._graph_walk import (  # walking a graph without splitting it
     _is_pytree,  # noqa: F401 - the walkers' helpers, kept importable from here
@@ -99,6 +103,15 @@ from flaxen.nnx._node_protocol import (  # the node protocol and its registry
     jax_to_nnx_path,
     register_graph_node_type,
     register_pytree_node_type,
+)
+from flaxen.nnx._state_leaves import (  # a walk's leaves as States, and back
+    _copy_vars,
+    _nest,
+    _partition,
+    _root_is_leaf,
+    _single_leaf,
+    _states,
+    _unflatten_leaves,
 )
 from flaxen.nnx._tree_mode import (  # tree mode (graph=False), re-exported here
     TreeGraphDef,
@@ -356,56 +369,6 @@ def flatten(node: tp.Any, /, *, with_paths: bool = True, ref_index: RefMap | Non
     return gd, FlatState.from_sorted_keys_values(tuple(paths), list(leaves))
 
 
-def _nest(paths: tp.Sequence[tuple], leaves: tp.Sequence[tp.Any]) -> State:
-    root: dict = {}
-    for path, leaf in zip(paths, leaves):
-        d = root
-        for k in path[:-1]:
-            nxt = d.get(k)
-            if nxt is None:
-                nxt = d[k] = {}
-            d = nxt
-        d[path[-1]] = leaf
-    return _ops._to_state(root)
-
-
-def _root_is_leaf(gd: tp.Any) -> bool:
-    d = gd.nodes[0]
-    if isinstance(d, TreeNodeDef):
-        return jax.tree_util.treedef_is_leaf(d.treedef)
-    return type(d) is VariableDef
-
-
-def _partition(paths: list, leaves: list, filters: tuple, exhaustive: bool) -> list[list]:
-    preds = filterlib.filters_to_predicates(filters)
-    buckets: list[list] = [[] for _ in preds]
-    for p, v in zip(paths, leaves):
-        for i, pred in enumerate(preds):
-            if pred(p, v):
-                buckets[i].append((p, v))
-                break
-        else:
-            if exhaustive:
-                raise ValueError(
-                    f"Non-exhaustive filters, got a non-empty remainder: the "
-                    f"{type(v).__name__} at {_path_str(p)} matches none of the filters "
-                    f"{list(filters)!r}. Add `...` as the last filter to collect the rest.")
-    return buckets
-
-
-def _states(gd: tp.Any, paths: list, leaves: list, filters: tuple, exhaustive: bool
-            ) -> tuple:
-    if _root_is_leaf(gd) and leaves:
-        if not filters:
-            return (leaves[0],)
-        buckets = _partition(paths, leaves, filters, exhaustive)
-        return tuple(b[0][1] if b else State({}) for b in buckets)
-    if not filters:
-        return (_nest(paths, leaves),)
-    buckets = _partition(paths, leaves, filters, exhaustive)
-    return tuple(_nest([p for p, _ in b], [v for _, v in b]) for b in buckets)
-
-
 def _split_parts(node: tp.Any, graph: bool | None) -> tuple[tp.Any, list, list]:
     if not _mode(graph) or not (isinstance(node, Variable) or is_node(node)
                                 or isinstance(node, eng._ARRAYS)):
@@ -554,48 +517,12 @@ def merge(graphdef: tp.Any, state: tp.Any = _NO_STATE, /, *states: tp.Any,
     return eng.unflatten(defs[:1], leaves, None, recreate_variables)[0][0]
 
 
-def _copy_vars(tree: tp.Any) -> tp.Any:
-    return jax.tree_util.tree_map(lambda v: v.copy() if isinstance(v, Variable) else v, tree,
-                                  is_leaf=lambda x: isinstance(x, Variable))
-
-
-def _single_leaf(states: tuple) -> tp.Any:
-    states = tuple(s[0][1] if isinstance(s, FlatState) and len(s) == 1 else s for s in states)
-    for s in reversed(states):
-        if not (isinstance(s, State) and len(s) == 0):
-            return s
-    return states[0]
-
-
 def unflatten(graphdef: tp.Any, state: tp.Any, /, *, index_ref: dict | None = None,
               outer_index_outer_ref: dict | None = None, copy_variables: bool = False,
               recreate_variables: bool = True) -> tp.Any:
     """:func:`merge` from a FlatState or list of leaves (checks the leaf count).
     ``recreate_variables=False``: raw values stay raw in graph mode (see :func:`merge`)."""
-    if isinstance(state, Mapping):
-        counted: dict = {}
-        _flatten_mapping(state, (), counted)
-        expected = (len(graphdef.nodes[0].paths) if isinstance(graphdef, TreeGraphDef)
-                    else len(_graphdef.var_defs(graphdef.defs[:1])))
-        if len(counted) != expected:
-            raise ValueError(
-                f"Incorrect number of leaves: the graph definition has {expected} leaves, "
-                f"the state {len(counted)}. Pass the state that nnx.split returned with it.")
-    if isinstance(state, Mapping) and isinstance(graphdef, _graphdef.GraphDef):
-        leaves = _ops._leaves_from_states(graphdef.defs[:1], (state,), "unflatten")
-        state = leaves
-    elif isinstance(state, Mapping):
-        state = _flat_leaves(graphdef.nodes[0].paths, (state,), "unflatten")
-    if isinstance(graphdef, TreeGraphDef):
-        n = len(graphdef.nodes[0].paths)
-    else:
-        n = len(_graphdef.var_defs(graphdef.defs))
-    leaves = [v for _, v in state] if isinstance(state, FlatState) or (
-        state and isinstance(state[0], tuple)) else list(state)
-    if len(leaves) != n:
-        raise ValueError(
-            f"Incorrect number of leaves: the graph definition has {n} leaves, the state "
-            f"{len(leaves)}. Pass the state that nnx.graphlib.flatten returned with it.")
+    leaves = _unflatten_leaves(graphdef, state)
     if isinstance(graphdef, TreeGraphDef):
         return tree_unflatten(graphdef, leaves, copy_variables)
     if copy_variables:
@@ -815,7 +742,7 @@ def unpack(node: tp.Any, *filters: filterlib.Filter, graph: bool | None = None) 
     return out[0] if len(out) == 1 else out
 
 
-# -- views ---------------------------------------------------------------------------------
+# -- views: the copy here (split and merge live here), the Module settings in _graph_views
 
 def _shallow_copy(node: A, graph: bool | None) -> A:
     """New node objects around the same Variables."""
@@ -830,20 +757,7 @@ def with_attributes(node: A, /, *, only: filterlib.Filter = ..., raise_if_not_fo
     """A copy of ``node`` (sharing its Variables) whose Modules matching ``only`` have
     ``attributes`` set where they already have them (``node`` itself is unchanged)."""
     new = _shallow_copy(node, graph)
-    pred = filterlib.to_predicate(only)
-    remaining = set(attributes)
-    for path, module in iter_modules(new, graph=graph):
-        if not pred(path, module):
-            continue
-        for name, value in attributes.items():
-            if hasattr(module, name):
-                setattr(module, name, value)
-                remaining.discard(name)
-    if remaining and raise_if_not_found:
-        raise ValueError(
-            f"Could not find at least one instance of the following attributes: "
-            f"{sorted(remaining)}; no Module selected by only={only!r} has them. Check the "
-            "names, or pass raise_if_not_found=False.")
+    _views.apply_attributes(new, only, raise_if_not_found, graph, attributes)
     return new
 
 
@@ -852,89 +766,9 @@ def view(node: A, /, *, only: filterlib.Filter = ..., raise_if_not_found: bool =
     """A copy of ``node`` (sharing its Variables) in another mode: each Module matching
     ``only`` gets the keyword arguments its ``set_view`` method accepts (or, without such a
     method, the attributes it already has), e.g. ``nnx.view(model, deterministic=True)``."""
-    import inspect
-
     new = _shallow_copy(node, graph)
-    pred = filterlib.to_predicate(only)
-    used: set[str] = set()
-    for path, module in iter_modules(new, graph=graph):
-        if not pred(path, module):
-            continue
-        set_view = getattr(module, "set_view", None)
-        if callable(set_view):
-            params = inspect.signature(set_view).parameters
-            accepted = {k: v for k, v in kwargs.items() if k in params}
-            if accepted:
-                set_view(**accepted)
-                used.update(accepted)
-            continue
-        for name, value in kwargs.items():
-            if hasattr(module, name):
-                setattr(module, name, value)
-                used.add(name)
-    unused = sorted(set(kwargs) - used)
-    if unused and raise_if_not_found:
-        raise ValueError(
-            f"Unused keys found in nnx.view: {unused}; no selected Module takes them. Check "
-            "the names, or pass raise_if_not_found=False.")
+    _views.apply_view(new, only, raise_if_not_found, graph, kwargs)
     return new
-
-
-def view_info(node: tp.Any, /, *, only: filterlib.Filter = ..., graph: bool | None = None
-              ) -> str:
-    """Which keyword arguments :func:`view` accepts for the Modules of ``node``."""
-    import inspect
-
-    pred = filterlib.to_predicate(only)
-    lines: list[str] = []
-    seen: set[type] = set()
-    for path, module in iter_modules(node, graph=graph):
-        if not pred(path, module) or type(module) in seen:
-            continue
-        set_view = getattr(module, "set_view", None)
-        if not callable(set_view):
-            continue
-        seen.add(type(module))
-        docs = _args_doc(inspect.getdoc(set_view) or "")
-        lines.append(f"{type(module).__qualname__}:")
-        for p in inspect.signature(set_view).parameters.values():
-            if p.name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                continue
-            text = p.name
-            if p.annotation is not p.empty:
-                ann = p.annotation
-                text += f": {ann if isinstance(ann, str) else inspect.formatannotation(ann)}"
-            if p.default is not p.empty:
-                text += f" = {p.default!r}"
-            lines.append(f"  {text}")
-            lines.extend(f"    {d}" for d in docs.get(p.name, ()))
-    return "\n".join(lines)
-
-
-def _args_doc(doc: str) -> dict[str, list[str]]:
-    """The ``Args:`` section of a Google-style docstring: each argument's lines of text."""
-    out: dict[str, list[str]] = {}
-    lines = doc.splitlines()
-    start = next((i for i, ln in enumerate(lines) if ln.strip() == "Args:"), None)
-    if start is None:
-        return out
-    base = len(lines[start]) - len(lines[start].lstrip())
-    arg_indent, current = None, None
-    for ln in lines[start + 1:]:
-        if not ln.strip():
-            continue
-        indent = len(ln) - len(ln.lstrip())
-        if indent <= base:
-            break  # the next section
-        if arg_indent is None:
-            arg_indent = indent
-        head, sep, rest = ln.strip().partition(":")
-        if indent == arg_indent and sep:
-            current = head.split(" ")[0].lstrip("*")
-            out[current] = [rest.strip()] if rest.strip() else []
-        elif current is not None:
-            out[current].append(ln.strip())
-    return out
 
 
 _CONTEXT_NAMES = frozenset({

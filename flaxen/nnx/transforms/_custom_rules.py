@@ -176,7 +176,7 @@ class _CustomVjpBase:
         args = resolve_kwargs(self.fun, args, kwargs)
         g, gu = resolve_modes(self.graph, self.graph_updates)
         updates = g and gu
-        lift = _lift.Lift(args, {})
+        lift = _lift.Lift(args, {}, check=updates)
         if not updates:
             _functional.check_no_shared(lift.static, "custom_vjp")
         nondiff = frozenset(self.nondiff)
@@ -237,6 +237,7 @@ class _CustomVjpBase:
         # tracers even for untouched Variables, which would look like updates one level up
         changed = box["changed"]
         objs = lift.leaf_objs
+        _lift.check_foreign_writes([objs[i] for i in changed], [new[i] for i in changed])
         for i in changed:
             if hasattr(objs[i], "raw_value"):
                 object.__setattr__(objs[i], "raw_value", new[i])

@@ -162,7 +162,8 @@ class JitWrapped:
             donate_idx = _donated_leaf_indices(args, kwargs, self.donate_argnums,
                                                self.donate_argnames)
         last = self._last_static
-        lift = _lift.Lift(args, kwargs, extra=(static_vals, donate_idx), last=last)
+        lift = _lift.Lift(args, kwargs, extra=(static_vals, donate_idx), last=last,
+                          check=self.functional_name is None)
         if lift.static is last:
             pass
         elif last is not None and last == lift.static:

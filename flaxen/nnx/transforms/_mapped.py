@@ -171,7 +171,7 @@ def mapped_call(f: tp.Callable, args: tuple, kwargs: dict, *, fn_name: str, in_p
     (which returns the transformed function of ``(values, leaves)``)
     (see the module docstring). ``inner_hook(objs, prefixes)`` runs on the inner Variables
     before ``f``; ``outer_hook(objs, prefixes)`` on the outer Variables afterwards."""
-    lift = _lift.Lift(args, kwargs)
+    lift = _lift.Lift(args, kwargs, check=graph and graph_updates)
     if not graph:
         _check_no_shared_vars(lift, fn_name)
         _functional.check_no_shared(lift.static, fn_name)

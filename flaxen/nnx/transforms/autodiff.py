@@ -270,7 +270,7 @@ def _grad_impl(f: tp.Callable, argnums: tp.Any, has_aux: bool, holomorphic: bool
         g, gu = resolve_modes(graph, graph_updates)
         updates = g and gu
         _check_argnums(nums, args, name)
-        lift = _lift.Lift(args, kwargs)
+        lift = _lift.Lift(args, kwargs, check=updates)
         if not g:
             _functional.check_no_shared(lift.static, name)
         layout = _Layout(args, lift)

@@ -105,7 +105,7 @@ def checkify(f: tp.Callable[..., tp.Any], errors: frozenset = _checkify.user_che
     @functools.wraps(f)
     def wrapper(*args: tp.Any, **kwargs: tp.Any) -> tuple[tp.Any, tp.Any]:
         g, gu = resolve_modes(graph, graph_updates)
-        lift = _lift.Lift(args, kwargs)
+        lift = _lift.Lift(args, kwargs, check=g and gu)
         if not g:
             _functional.check_no_shared(lift.static, "checkify")
         pure = lift.pure(f, functional=None if g and gu else "checkify")
