@@ -28,6 +28,7 @@ from flaxen.nnx import compat as compat
 from flaxen.nnx.graphlib import (
     GraphDef,
     as_pure,
+    pure,
     call,
     clone,
     GraphState,
@@ -257,6 +258,10 @@ _set_public_homes()
 # and tools that resolve a class by its module (treescope's reprs) look in sys.modules.
 from flaxen.nnx import helpers as helpers  # noqa: E402
 from flaxen.nnx.training.train_state import TrainState as TrainState  # noqa: E402
+
+# Flax 0.12.8 also publishes its pytreelib module under the old name ``nnx.object``
+# (``nnx.object.Object``); bound last, as it shadows the builtin in this namespace
+from flaxen.nnx import pytreelib as object  # noqa: E402, A004
 
 _LAZY = {
     # loaded on first use: the interop modules need flaxen.linen

@@ -17,19 +17,29 @@ from flaxen.nnx import filterlib
 from flaxen.nnx._graph_walk import iter_modules
 
 
-def apply_attributes(new: tp.Any, only: filterlib.Filter, raise_if_not_found: bool,
-                     graph: bool | None, attributes: dict[str, tp.Any]) -> None:
-    """Sets ``attributes`` in place on the Modules of ``new`` that ``only`` selects and that
-    already have them (what ``nnx.with_attributes`` does to its copy)."""
-    pred = filterlib.to_predicate(only)
+def set_on_modules(modules: tp.Iterable[tuple[tuple, tp.Any]],
+                   accept: tp.Callable[[tuple, tp.Any], bool],
+                   attributes: tp.Mapping[str, tp.Any]) -> set[str]:
+    """Sets each of ``attributes`` on the ``(path, module)`` pairs ``accept`` selects that
+    already have it; returns the names no selected module had (``Module.set_attributes``
+    and ``nnx.with_attributes`` report those)."""
     remaining = set(attributes)
-    for path, module in iter_modules(new, graph=graph):
-        if not pred(path, module):
+    for path, module in modules:
+        if not accept(path, module):
             continue
         for name, value in attributes.items():
             if hasattr(module, name):
                 setattr(module, name, value)
                 remaining.discard(name)
+    return remaining
+
+
+def apply_attributes(new: tp.Any, only: filterlib.Filter, raise_if_not_found: bool,
+                     graph: bool | None, attributes: dict[str, tp.Any]) -> None:
+    """Sets ``attributes`` in place on the Modules of ``new`` that ``only`` selects and that
+    already have them (what ``nnx.with_attributes`` does to its copy)."""
+    remaining = set_on_modules(iter_modules(new, graph=graph), filterlib.to_predicate(only),
+                               attributes)
     if remaining and raise_if_not_found:
         raise ValueError(
             f"Could not find at least one instance of the following attributes: "

@@ -284,11 +284,20 @@ class Lift:
             args, kwargs, inner = enter(self.static, values, leaves)
             if hook is not None:
                 args, kwargs = hook(args, kwargs, inner)
-            new_values, out_leaves, self.out = exit(inner, fun(*args, **kwargs),
-                                                    functional=functional)
+            new_values, out_leaves, out = exit(inner, fun(*args, **kwargs),
+                                               functional=functional)
+            self.record_out(out)
             return new_values, out_leaves
 
         return pure
+
+    def record_out(self, out: OutStatic) -> None:
+        """Keeps ``out`` as the call's static result. A function traced more than once (the
+        branches of cond/switch) changed every value any of its traces changed."""
+        last = self.out
+        if last is not None and last.changed is not None and out.changed is not None:
+            out.changed = tuple(sorted({*last.changed, *out.changed}))
+        self.out = out
 
     def write_values(self, new_values: tp.Sequence[tp.Any],
                      changed: tp.Sequence[int] | None = None) -> None:
@@ -300,12 +309,19 @@ class Lift:
         flat = self.flat
         if flat is None:
             return
-        if changed is not None and _trace.current_trace() is not _trace.TOP:
-            objs = [flat.leaves[i] for i in changed]
-            vals = [new_values[i] for i in changed]
-            check_foreign_writes(objs, vals)
-            for var, x in zip(objs, vals):
-                if hasattr(var, "raw_value"):
+        tr = _trace.current_trace()
+        if changed is not None and tr is not _trace.TOP:
+            # this trace's Variables take every value; another trace's only a changed one,
+            # which check_foreign_writes refuses
+            changed_set = set(changed)
+            foreign = [i for i, var in enumerate(flat.leaves)
+                       if isinstance(var, Variable) and var._trace_state is not tr
+                       and not var.hijax]
+            check_foreign_writes([flat.leaves[i] for i in foreign if i in changed_set],
+                                 [new_values[i] for i in foreign if i in changed_set])
+            skip = set(foreign)
+            for i, (var, x) in enumerate(zip(flat.leaves, new_values)):
+                if i not in skip and hasattr(var, "raw_value") and var.raw_value is not x:
                     _setattr(var, "raw_value", x)
             return
         if not flat.has_arrays:  # every leaf a Variable: graph mode's one C-level loop

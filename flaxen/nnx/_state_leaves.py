@@ -30,16 +30,7 @@ from flaxen.nnx.variablelib import Variable
 # -- leaves to States ----------------------------------------------------------------------
 
 def _nest(paths: tp.Sequence[tuple], leaves: tp.Sequence[tp.Any]) -> State:
-    root: dict = {}
-    for path, leaf in zip(paths, leaves):
-        d = root
-        for k in path[:-1]:
-            nxt = d.get(k)
-            if nxt is None:
-                nxt = d[k] = {}
-            d = nxt
-        d[path[-1]] = leaf
-    return _ops._to_state(root)
+    return _ops._nest(list(zip(paths, leaves)))
 
 
 def _root_is_leaf(gd: tp.Any) -> bool:

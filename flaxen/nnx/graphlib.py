@@ -122,6 +122,7 @@ from flaxen.nnx._tree_mode import flat_leaves as _flat_leaves
 from flaxen.nnx._tree_mode import flatten_mapping as _flatten_mapping
 from flaxen.nnx._tree_mode import tree_flatten_slow as _tree_flatten_slow
 from flaxen.nnx._var_tools import set_metadata, with_vars
+from flaxen.nnx.deprecations import deprecated
 from flaxen.nnx.statelib import (
     FlatState,
     State,
@@ -470,6 +471,15 @@ def merge(graphdef: tp.Any, state: tp.Any = _NO_STATE, /, *states: tp.Any,
     >>> nnx.merge(graphdef, state, copy=True).kernel is model.kernel
     False
     """
+    if type(state) is list:
+        # as Flax: a plain list is the leaves themselves (Variables or raw values), in the
+        # order split gave them (``jax.tree.leaves(state)``), e.g. carried through jax.jit
+        if states:
+            raise ValueError(
+                f"nnx.merge: a list of leaves is the whole state, but {len(states)} more "
+                "state(s) were given. Pass the leaves of all of them in one list, or States.")
+        return unflatten(graphdef, state, copy_variables=copy,
+                         recreate_variables=recreate_variables)
     if copy:
         state, states = _copy_vars(state), tuple(_copy_vars(s) for s in states)
     if not states and type(graphdef) is TreeGraphDef:
@@ -702,6 +712,10 @@ def as_pure(tree: A) -> A:
         lambda x: x.get_value() if isinstance(x, Variable) and hasattr(x, "get_value")
         else (x.value if isinstance(x, Variable) else x),
         tree, is_leaf=lambda x: isinstance(x, Variable))
+
+
+# Flax 0.12.8's older name, kept: calling it warns and runs as_pure
+pure = deprecated(as_pure)
 
 
 # private names Flax's tests reach for

@@ -15,20 +15,21 @@ and dicts of them, or static values. Transforms and ``nnx.split`` walk them.
 >>> block.eval()
 >>> block.dropout.deterministic
 True
->>> [p for p, _ in block.iter_modules()]
-[(), ('dropout',), ('linear',)]
+>>> [p for p, _ in nnx.iter_modules(block)]
+[('dropout',), ('linear',), ()]
 """
 
 from __future__ import annotations
 
 import typing as tp
+import warnings
 from collections.abc import MutableMapping, MutableSequence
 
 import jax
 
 from flaxen.errors import SetAttributesNotFoundError, SowTypeError
-from flaxen.nnx import _trace, filterlib, pytreelib, reprlib
-from flaxen.nnx._graph_ops import iter_graph
+from flaxen.nnx import _graph_walk, _trace, filterlib, pytreelib, reprlib
+from flaxen.nnx._graph_views import set_on_modules
 from flaxen.nnx._sow_stores import CAPTURES, capture, put, store_for
 from flaxen.nnx.pytreelib import Pytree, PytreeMeta, _is_tag, has_data, is_data
 from flaxen.nnx.variablelib import Intermediate, Variable
@@ -136,29 +137,29 @@ class Module(Pytree, metaclass=ModuleMeta):
         return old + value
 
     def iter_modules(self) -> tp.Iterator[tuple[tuple, Module]]:
-        """``(path, module)`` for every Module reachable from this one."""
-        for path, obj in iter_graph(self):
-            if isinstance(obj, Module):
-                yield path, obj
+        """Deprecated alias of ``nnx.iter_modules(self)`` (every Module reachable from this
+        one, children first, this one last), as in Flax 0.12.8."""
+        warnings.warn("Module.iter_modules() is deprecated: call the function "
+                      "nnx.iter_modules(module) instead (same pairs, same order).",
+                      DeprecationWarning, stacklevel=2)
+        yield from _graph_walk.iter_modules(self)
 
     def iter_children(self) -> tp.Iterator[tuple[tp.Any, Module]]:
-        """``(name, module)`` for the direct submodules."""
-        for name, value in sorted(self.__dict__.items()):
-            if isinstance(value, Module):
-                yield name, value
+        """Deprecated alias of ``nnx.iter_children(self)`` (the graph nodes held directly),
+        as in Flax 0.12.8."""
+        warnings.warn("Module.iter_children() is deprecated: call the function "
+                      "nnx.iter_children(module) instead (same pairs, same order).",
+                      DeprecationWarning, stacklevel=2)
+        yield from _graph_walk.iter_children(self)
 
     def set_attributes(self, *filters: filterlib.Filter, raise_if_not_found: bool = True,
                        graph: bool | None = None, **attributes: tp.Any) -> None:
         """Sets ``attributes`` on every submodule (matching ``filters``) that has them."""
         preds = [filterlib.to_predicate(f) for f in filters]
-        remaining = set(attributes)
-        for path, module in self.iter_modules():
-            if preds and not any(p(path, module) for p in preds):
-                continue
-            for name, value in attributes.items():
-                if hasattr(module, name):
-                    setattr(module, name, value)
-                    remaining.discard(name)
+        remaining = set_on_modules(
+            _graph_walk.iter_modules(self),
+            lambda path, m: not preds or any(p(path, m) for p in preds),
+            attributes)
         if remaining and raise_if_not_found:
             raise SetAttributesNotFoundError(
                 "", f"set_attributes on {type(self).__name__}: Could not find at least one "

@@ -104,3 +104,41 @@ def test_objects_created_inside_are_lifted_as_before():
 
     y, g = f(X)
     assert y.shape == (1, 2) and g.shape == (2, 2)
+
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_functional_cond_inside_vmap_keeps_the_branch_update(graph):
+    # only one branch changes the Variable: the write-back must not follow the branch
+    # traced last (which left it alone)
+    class Env(nnx.Pytree):
+        def __init__(self):
+            self.index = nnx.Variable(jnp.arange(4))
+            self.step = nnx.Variable(jnp.zeros((4,), jnp.uint32))
+
+    env = Env()
+
+    @nnx.vmap(in_axes=0, out_axes=None, graph=graph, graph_updates=False)
+    def f(env):
+        def bump(env):
+            env.step[...] += 1
+
+        nnx.cond(env.index % 2 == 0, bump, lambda env: None, env, graph=graph,
+                 graph_updates=False)
+
+    f(env)
+    assert env.step[...].tolist() == [1, 0, 1, 0]
+
+
+def test_functional_cond_refuses_a_captured_variable_either_branch_changes():
+    count = nnx.BatchStat(jnp.zeros(()))
+
+    def bump(c):
+        c[...] += 1
+
+    def run(x):
+        nnx.cond(x.sum() > 0, bump, lambda c: None, count, graph_updates=False)
+        return x
+
+    with pytest.raises(TraceContextError, match="different trace level"):
+        jax.jit(run)(X)
+    assert float(count[...]) == 0

@@ -97,14 +97,18 @@ def _module_unflatten(gd: tp.Any, children: tp.Sequence[tp.Any]) -> Module:
     return merge(gd, children[0])
 
 
-# The 0.8.3 containers: today's, with 0.8.3's trace rule (see GraphNode._nnx_lenient_trace).
+# The 0.8.3 containers: today's, with 0.8.3's trace rule (see GraphNode._nnx_lenient_trace)
+# and its iter_modules method (itself first, no deprecation: today's is an alias that warns).
 class Dict(_today.Dict):
     _nnx_lenient_trace = True
+    iter_modules = LegacyModule.iter_modules
 
 
 class List(_today.List):
     _nnx_lenient_trace = True
+    iter_modules = LegacyModule.iter_modules
 
 
 class Sequential(_today.Sequential):
     _nnx_lenient_trace = True
+    iter_modules = LegacyModule.iter_modules

@@ -195,7 +195,7 @@ def mapped_call(f: tp.Callable, args: tuple, kwargs: dict, *, fn_name: str, in_p
             _check_aliasing_out(inner, out, fn_name)
         new_values, out_leaves, ostatic = _lift.exit(
             inner, out, functional=None if full else fn_name)
-        lift.out = ostatic
+        lift.record_out(ostatic)
         node_pre, pos_pre = _axes.node_prefixes(
             out_prefix, ostatic.out_treedef, ostatic.out_node_pos, out_what, fn_name)
         objs = [DefView(d) for _, d in ostatic.var_paths]
