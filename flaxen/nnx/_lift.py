@@ -311,17 +311,13 @@ class Lift:
             return
         tr = _trace.current_trace()
         if changed is not None and tr is not _trace.TOP:
-            # this trace's Variables take every value; another trace's only a changed one,
-            # which check_foreign_writes refuses
-            changed_set = set(changed)
-            foreign = [i for i, var in enumerate(flat.leaves)
-                       if isinstance(var, Variable) and var._trace_state is not tr
-                       and not var.hijax]
-            check_foreign_writes([flat.leaves[i] for i in foreign if i in changed_set],
-                                 [new_values[i] for i in foreign if i in changed_set])
-            skip = set(foreign)
-            for i, (var, x) in enumerate(zip(flat.leaves, new_values)):
-                if i not in skip and hasattr(var, "raw_value") and var.raw_value is not x:
+            # another trace's Variable may not change (refused here); unchanged, it keeps
+            # its value, and this trace's Variables take theirs
+            check_foreign_writes([flat.leaves[i] for i in changed],
+                                 [new_values[i] for i in changed])
+            for var, x in zip(flat.leaves, new_values):
+                if (isinstance(var, Variable) and (var._trace_state is tr or var.hijax)
+                        and var.raw_value is not x):
                     _setattr(var, "raw_value", x)
             return
         if not flat.has_arrays:  # every leaf a Variable: graph mode's one C-level loop
