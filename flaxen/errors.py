@@ -30,6 +30,7 @@ __all__ = [
     "RngStreamNotFoundError",
     "NotAGraphNodeError",
     "NNXTransformError",
+    "NNXRulesMissingError",
     "NNXFilterError",
     "NNXError",
     "GraphUpdateStaticError",
@@ -564,6 +565,13 @@ class NNXTransformError(NNXError, ValueError):
     """An NNX transform (jit, grad, vmap, scan, ...) got arguments it cannot lift."""
 
     default_fix = "See the transform's docstring for the arguments it accepts."
+
+
+class NNXRulesMissingError(NNXError, AttributeError):
+    """A custom-derivative function was called before its rules were given (``defvjp``);
+    an ``AttributeError``, as JAX's own ``custom_vjp`` raises."""
+
+    default_fix = "Call f.defvjp(fwd, bwd) before calling f."
 
 
 class NNXArgumentError(NNXError, TypeError):

@@ -44,7 +44,7 @@ from flaxen.experimental.nnx.graph import (
 from flaxen.experimental.nnx.graph import graphdef as graphdef
 from flaxen.experimental.nnx._legacy_module import Dict, List, Sequential
 from flaxen.experimental.nnx._legacy_module import LegacyModule as Module
-from flaxen.nnx.nn.attention import MultiHeadAttention
+from flaxen.experimental.nnx._attention import MultiHeadAttention
 from flaxen.nnx.nn.linear import Conv, Einsum, Embed, Linear, LinearGeneral
 from flaxen.experimental.nnx._norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm
 from flaxen.experimental.nnx._dropout import Dropout
@@ -81,7 +81,7 @@ from flaxen.nnx.visualization import display
 from flaxen.layer_math import activations as _activations
 from flaxen.layer_math import initializers as initializers
 from flaxen.layer_math.attention import combine_masks, make_attention_mask, make_causal_mask
-from flaxen.nnx.nn.attention import dot_product_attention  # sows into NNX modules
+from flaxen.experimental.nnx._attention import dot_product_attention  # sows into NNX modules
 from flaxen.layer_math.pooling import avg_pool, max_pool, min_pool, pool
 
 _ACTIVATIONS = (

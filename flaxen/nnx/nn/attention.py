@@ -28,6 +28,7 @@ from jax import lax
 from flaxen.layer_math import attention as am
 from flaxen.layer_math import initializers
 from flaxen.layer_math.attention import combine_masks, make_attention_mask, make_causal_mask
+from flaxen.layer_math.errors import LayerShapeError
 from flaxen.nnx.module import Module
 from flaxen.nnx.nn import dtypes
 from flaxen.nnx.nn._common import data
@@ -143,6 +144,38 @@ def dot_product_attention_weights(
     )
 
 
+def _jax_attention(fn, query, key, value, bias, mask, promote_dtype, dtype, is_causal):
+    """``jax.nn.dot_product_attention`` on inputs with their batch axes folded into one.
+
+    Flax's NNX takes JAX's function whenever no dropout and no sown weights are asked for
+    (``precision`` is then not used), so its outputs round as JAX's do; taking the same
+    function keeps flaxen's bit-identical to them. JAX's function handles grouped heads
+    and ``is_causal`` itself.
+    """
+    query, key, value = promote_dtype((query, key, value), dtype=dtype)
+    am.check_qkv(fn, query, key, value, grouped_heads=True)
+    if key.shape[-3] != value.shape[-3]:
+        raise LayerShapeError(
+            f"{fn}: k, v lengths must match, but got {key.shape[-3]} and {value.shape[-3]}. "
+            "Give key and value the same length axis.")
+    q_heads, kv_heads = query.shape[-2], key.shape[-2]
+    if kv_heads == 0 or q_heads % kv_heads or value.shape[-2] != kv_heads:
+        raise LayerShapeError(
+            f"{fn}: The number of query heads must be a multiple of key/value heads, but got "
+            f"{q_heads} query, {kv_heads} key and {value.shape[-2]} value heads. Give key and "
+            "value the same head count, one that divides the query's.")
+    shape = query.shape
+    if len(shape) > 4:  # JAX's function takes one batch axis at most
+        def fold(x: Array | None) -> Array | None:
+            return None if x is None else x.reshape((-1, *x.shape[-3:]))
+
+        query, key, value, bias, mask = map(fold, (query, key, value, bias, mask))
+    if mask is not None:
+        mask = mask.astype(jnp.bool_)
+    out = jax.nn.dot_product_attention(query, key, value, bias, mask, is_causal=is_causal)
+    return out.reshape(shape[:-1] + out.shape[-1:]) if len(shape) > 4 else out
+
+
 def dot_product_attention(
     query: Array,
     key: Array,
@@ -170,6 +203,23 @@ def dot_product_attention(
     >>> dot_product_attention(q, kv, kv).shape
     (1, 3, 4, 8)
     """
+    if dropout_rate == 0.0 and module is None:
+        return _jax_attention("dot_product_attention", query, key, value, bias, mask,
+                              promote_dtype, dtype, is_causal)
+    return weights_then_values(
+        query, key, value, bias, mask, broadcast_dropout, dropout_rng, dropout_rate,
+        deterministic, dtype, precision, module, promote_dtype, is_causal)
+
+
+def weights_then_values(
+    query: Array, key: Array, value: Array, bias: Array | None = None,
+    mask: Array | None = None, broadcast_dropout: bool = True,
+    dropout_rng: Array | None = None, dropout_rate: float = 0.0, deterministic: bool = False,
+    dtype: Dtype | None = None, precision: PrecisionLike = None, module: Module | None = None,
+    promote_dtype: PromoteDtypeFn = dtypes.promote_dtype, is_causal: bool = False,
+) -> Array:
+    """:func:`dot_product_attention` always computed as Linen does: the weights, then an
+    einsum with ``value`` (the 0.8.3 face's attention; today's with dropout or a sow)."""
     fn = "dot_product_attention"
     query, key, value, mask, sink = _prepare(
         fn, query, key, value, mask, module, is_causal, promote_dtype, dtype

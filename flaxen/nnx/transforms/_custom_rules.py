@@ -34,7 +34,7 @@ import typing as tp
 
 import jax
 
-from flaxen.errors import NNXTransformError
+from flaxen.errors import NNXRulesMissingError, NNXTransformError
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import _lift, filterlib
 from flaxen.nnx._graph_node import GraphNode
@@ -173,6 +173,10 @@ class _CustomVjpBase:
 
     def __call__(self, *args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         # keyword arguments go to their positions: the primal inputs are positional
+        if self.fwd is None:  # as jax.custom_vjp: no call before the rules are given
+            name = getattr(self.fun, "__name__", repr(self.fun))
+            raise NNXRulesMissingError(
+                "", f"No VJP defined for custom_vjp function {name} using defvjp.")
         args = resolve_kwargs(self.fun, args, kwargs)
         g, gu = resolve_modes(self.graph, self.graph_updates)
         updates = g and gu

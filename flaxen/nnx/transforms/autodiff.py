@@ -260,15 +260,15 @@ def _grad_impl(f: tp.Callable, argnums: tp.Any, has_aux: bool, holomorphic: bool
                allow_int: bool, graph: bool | None, graph_updates: bool | None,
                return_value: bool, name: str) -> tp.Callable:
     resolve_bound(f, name)
-    g0, gu0 = resolve_modes(graph, graph_updates)
-    check_prefix(argnums, "argnums", name, g0, gu0)
+    # the modes in force when the transform is applied, as in Flax (not at each call)
+    g, gu = resolve_modes(graph, graph_updates)
+    updates = g and gu
+    check_prefix(argnums, "argnums", name, g, gu)
     nums, filters, single = _parse_argnums(argnums)
 
     @traceback_util.api_boundary
     @functools.wraps(f)
     def wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
-        g, gu = resolve_modes(graph, graph_updates)
-        updates = g and gu
         _check_argnums(nums, args, name)
         lift = _lift.Lift(args, kwargs, check=updates)
         if not g:
@@ -318,6 +318,7 @@ def grad(f: tp.Callable[..., tp.Any] | None = None, *, argnums: tp.Any = 0,
     ``argnums`` takes ints and ``nnx.DiffState(argnum, filter)``; usable as a decorator
     with or without arguments.
     """
+    graph, graph_updates = resolve_modes(graph, graph_updates)
     if f is None:
         return functools.partial(grad, argnums=argnums, has_aux=has_aux,
                                  holomorphic=holomorphic, allow_int=allow_int,
@@ -339,6 +340,7 @@ def value_and_grad(f: tp.Callable[..., tp.Any] | None = None, *, argnums: tp.Any
     >>> float(loss), grads['bias'].value.tolist()
     (0.0, [1.0])
     """
+    graph, graph_updates = resolve_modes(graph, graph_updates)
     if f is None:
         return functools.partial(value_and_grad, argnums=argnums, has_aux=has_aux,
                                  holomorphic=holomorphic, allow_int=allow_int,

@@ -264,7 +264,10 @@ class _JitWrappedBase(_graph_jit.JitWrapped):
                  keep_unused: bool = False, device: tp.Any = None, backend: str | None = None,
                  inline: bool = False, partial_args: tuple = (), graph: bool | None = None,
                  update_shardings: bool = True, *, graph_updates: bool | None = None) -> None:
-        self._modes = (graph, graph_updates)
+        # resolved once, when the transform is applied: a later set_graph_mode /
+        # set_graph_updates does not change an existing jit (as in Flax)
+        self._modes = resolve_modes(graph, graph_updates)
+        self._updates = self._modes[0] and self._modes[1]
         self.partial_args = tuple(partial_args)
         self.update_shardings = update_shardings
         self._checked: tp.Any = None
@@ -286,8 +289,7 @@ class _JitWrappedBase(_graph_jit.JitWrapped):
 
     @property
     def graph_updates_mode(self) -> bool:
-        g, gu = resolve_modes(*self._modes)
-        return g and gu
+        return self._updates
 
     @property
     def functional_name(self) -> str | None:
@@ -336,7 +338,7 @@ class _JitWrappedBase(_graph_jit.JitWrapped):
             args = (*self.partial_args, *args)
         lift, leaves, donate_idx = self._lift_args(args, kwargs)
         values = lift.values
-        graph, graph_updates = resolve_modes(*self._modes)
+        graph, graph_updates = self._modes
         if not graph and lift.static is not self._checked:
             _functional.check_no_shared(lift.static, "jit")
             self._checked = lift.static
@@ -493,6 +495,7 @@ def jit(
     >>> inc(count); inc(count); int(count.value)
     2
     """
+    graph, graph_updates = resolve_modes(graph, graph_updates)  # now, as in Flax
     kwargs = dict(
         in_shardings=in_shardings, out_shardings=out_shardings, static_argnums=static_argnums,
         static_argnames=static_argnames, donate_argnums=donate_argnums,
@@ -502,15 +505,13 @@ def jit(
     if fun is None:
         return functools.partial(jit, **kwargs)  # type: ignore[return-value]
     resolve_bound(fun, "jit")
-    g, gu = resolve_modes(graph, graph_updates)
-    check_prefix(in_shardings, "in_shardings", "jit", g, gu)
-    check_prefix(out_shardings, "out_shardings", "jit", g, gu)
+    check_prefix(in_shardings, "in_shardings", "jit", graph, graph_updates)
+    check_prefix(out_shardings, "out_shardings", "jit", graph, graph_updates)
     return _make(fun, kwargs)  # type: ignore[return-value]
 
 
 def _make(fun: tp.Callable, kwargs: dict) -> _JitWrappedBase:
-    # the class tells the modes apart as Flax's do (chosen by the modes in force now); the
-    # raw modes still travel along, so a `None` follows the defaults in force at call time
+    # the class tells the modes apart as Flax's do
     graph, graph_updates = kwargs["graph"], kwargs["graph_updates"]
     g, gu = resolve_modes(graph, graph_updates)
     cls: type[_JitWrappedBase] = JitWrapped if g and gu else SimpleJitWrapped
@@ -553,7 +554,7 @@ def jit_partial(
     (6.0, 1)
     """
     resolve_bound(fun, "jit_partial")
-    g, gu = resolve_modes(graph, graph_updates)
+    g, gu = graph, graph_updates = resolve_modes(graph, graph_updates)
     check_prefix(in_shardings, "in_shardings", "jit_partial", g, gu)
     if not g and partial_args:
         _functional.check_no_shared(_lift.Lift(partial_args, {}).static, "jit_partial")

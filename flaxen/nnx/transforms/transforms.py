@@ -100,11 +100,11 @@ def checkify(f: tp.Callable[..., tp.Any], errors: frozenset = _checkify.user_che
     True
     """
     resolve_bound(f, "checkify")
+    g, gu = resolve_modes(graph, graph_updates)  # when applied, as in Flax
 
     @traceback_util.api_boundary
     @functools.wraps(f)
     def wrapper(*args: tp.Any, **kwargs: tp.Any) -> tuple[tp.Any, tp.Any]:
-        g, gu = resolve_modes(graph, graph_updates)
         lift = _lift.Lift(args, kwargs, check=g and gu)
         if not g:
             _functional.check_no_shared(lift.static, "checkify")
