@@ -377,17 +377,18 @@ class Rngs(_RandomMethods, Pytree):
         return ((k, v) for k, v in self.__dict__.items() if isinstance(v, RngStream))
 
     def _per_stream(self, rules: tp.Any, apply: tp.Callable[[RngStream, tp.Any], RngStream],
-                    otherwise: tp.Callable[[RngStream], RngStream]) -> Rngs:
+                    keep: tp.Callable[[RngStream], RngStream]) -> Rngs:
+        # ``keep`` serves the streams a rule maps to None and those no rule matches
         preds = [(filterlib.to_predicate(f), v) for f, v in _filter_mapping(rules).items()]
         out: dict[str, RngStream] = {}
         for name, stream in self.items():
             for pred, v in preds:
                 # as Flax: the stream itself with an empty path (a string filter is its tag)
                 if pred((), stream):
-                    out[name] = stream if v is None else apply(stream, v)
+                    out[name] = keep(stream) if v is None else apply(stream, v)
                     break
             else:
-                out[name] = otherwise(stream)
+                out[name] = keep(stream)
         return self._from_streams(out)
 
     def _from_streams(self, streams: dict[str, RngStream]) -> Rngs:
@@ -399,21 +400,31 @@ class Rngs(_RandomMethods, Pytree):
     def split(self, k: tp.Mapping[filterlib.Filter, int | tuple[int, ...] | None] | int
               | tuple[int, ...]) -> Rngs:
         """A new Rngs whose streams matched by ``k`` (a shape, or a filter -> shape map) are
-        split to that shape; the others are shared with this one."""
-        return self._per_stream(k, lambda s, n: s.split(n), lambda s: s)
+        split to that shape; the others restart from their key (count 0), as in Flax, whose
+        result is built anew from the keys."""
+        return self._per_stream(k, lambda s, n: s.split(n), _restart)
 
     def broadcast(self, k: tp.Mapping[filterlib.Filter, int | tuple[int, ...] | None] | int
                   | tuple[int, ...] | None) -> Rngs:
         """Like :meth:`split`, but each selected stream's next key is repeated to shape ``k``."""
-        return self._per_stream(k, lambda s, n: s.broadcast(n), lambda s: s)
+        return self._per_stream(k, lambda s, n: s.broadcast(n), _restart)
 
     def fork(self, /, *, split: tp.Any = None) -> Rngs:
-        """A new Rngs with independent streams, each seeded by the next key of this one's."""
+        """A new Rngs with independent streams, each seeded by the next key of this one's
+        (split to the shape ``split`` maps it to, if any: a None shape only forks)."""
         if split is not None:
             warnings.warn("Rngs.fork(split=...) is deprecated: use rngs.split(k).",
                           DeprecationWarning, stacklevel=2)
-            return self._per_stream(split, lambda s, n: s.split(n), lambda s: s._new(s()))
-        return self._from_streams({name: s._new(s()) for name, s in self.items()})
+            return self._per_stream(split, lambda s, n: s.split(n), _fork)
+        return self._from_streams({name: _fork(s) for name, s in self.items()})
+
+
+def _restart(stream: RngStream) -> RngStream:
+    return stream._new(stream.key.get_value())
+
+
+def _fork(stream: RngStream) -> RngStream:
+    return stream._new(stream())
 
 
 # --- Flax 0.8.3's state-level fork (used by the experimental face) --------------------------

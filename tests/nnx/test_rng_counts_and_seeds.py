@@ -73,3 +73,24 @@ def test_seeds_flax_accepts():
     assert _data(nnx.Rngs(raw).default.key.get_value()) == raw.tolist()
     typed = jax.random.key(4)
     assert nnx.Rngs(typed).default.key.get_value() is typed
+
+
+def test_split_and_broadcast_restart_the_streams_they_leave():
+    rngs = nnx.Rngs(0, params=1)
+    rngs(), rngs.params()
+    for out in (rngs.split({"params": 2, ...: None}), rngs.broadcast({"params": 2})):
+        assert out.default is not rngs.default
+        assert int(out.default.count.get_value()) == 0
+        assert _data(out.default.key.get_value()) == _data(rngs.default.key.get_value())
+        assert out.params.key.get_value().shape == (2,)
+
+
+def test_fork_forks_the_streams_a_split_spec_maps_to_none():
+    rngs = nnx.Rngs(0, params=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        out = rngs.fork(split={"params": 2, ...: None})
+    expected = jax.random.fold_in(jax.random.key(0), 0)
+    assert _data(out.default.key.get_value()) == _data(expected)
+    assert int(rngs.default.count.get_value()) == 1
+    assert out.params.key.get_value().shape == (2,)
