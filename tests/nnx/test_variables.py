@@ -311,3 +311,17 @@ def test_numpy_reads_a_variable_as_its_array():
     p = nnx.Param(jnp.arange(3.0))
     np.testing.assert_allclose(np.asarray(p), [0.0, 1.0, 2.0])
     assert np.asarray(p, np.int32).dtype == np.int32
+
+
+def test_numeric_dunders_call_the_value_own_methods():
+    import math
+
+    p = nnx.Param(jnp.array(1.6))
+    assert round(p).dtype == jnp.float32 and float(round(p)) == 2.0
+    assert round(nnx.Param(1.6)) == 2.0 and isinstance(round(nnx.Param(1.6)), float)
+    with pytest.raises(AttributeError):  # jax.Array has no __floor__
+        math.floor(p)
+    with pytest.raises(TypeError):  # int.__add__(float) is NotImplemented, and so is the sum
+        nnx.Param(3) + 1.5
+    ne = p != 1.0  # no __ne__: Python negates __eq__, a Python bool
+    assert ne is True
