@@ -22,6 +22,7 @@ import typing as tp
 
 import jax
 
+from flaxen.errors import InvalidNNXValueError
 from flaxen.nnx import _codegen, filterlib
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import _node_protocol as _proto
@@ -29,7 +30,8 @@ from flaxen.nnx._graph_node import GraphNode
 from flaxen.nnx._modes import set_graph_mode
 from flaxen.nnx.variablelib import Variable, is_array_ref
 
-__all__ = ["find_duplicates", "iter_children", "iter_graph", "iter_modules", "recursive_map"]
+__all__ = ["find_duplicates", "iter_children", "iter_graph", "iter_module_children", "iter_modules",
+           "recursive_map"]
 
 
 def _mode(graph: bool | None) -> bool:
@@ -184,9 +186,15 @@ def _is_walked(x: tp.Any) -> bool:
 def iter_graph(node: tp.Any, /, *, graph: bool | None = None
                ) -> tp.Iterator[tuple[tuple, tp.Any]]:
     """``(path, value)`` for every node and leaf under ``node``, children before parents.
-    Graph nodes and Variables are visited once; arrays every time they occur."""
+    Graph nodes and Variables are visited once; arrays every time they occur. In tree mode
+    (``graph=False``) the values are what JAX flattens: static attributes are not visited."""
     if not _mode(graph):
         _check_tree(node)
+        return _iter_tree(node)
+    return _iter_graph(node)
+
+
+def _iter_graph(node: tp.Any) -> tp.Iterator[tuple[tuple, tp.Any]]:
     seen: set[int] = set()
 
     def walk(x: tp.Any, path: tuple) -> tp.Iterator:
@@ -196,6 +204,23 @@ def iter_graph(node: tp.Any, /, *, graph: bool | None = None
             seen.add(id(x))
         if _is_walked(x):
             for k, v in _node_items(x):
+                yield from walk(v, (*path, k))
+        yield path, x
+
+    yield from walk(node, ())
+
+
+def _jax_children(x: tp.Any) -> list[tuple[tp.Any, tp.Any]]:
+    # one level of JAX's flatten: what tree mode sees as the children of a pytree node
+    kids, _ = jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
+    return [(_proto._key_path_to_key(kp[0]), v) for kp, v in kids]
+
+
+def _iter_tree(node: tp.Any) -> tp.Iterator[tuple[tuple, tp.Any]]:
+    # _check_tree already refused shared Variables, Refs and cycles
+    def walk(x: tp.Any, path: tuple) -> tp.Iterator:
+        if _proto.is_pytree_node(x, check_graph_registry=False):
+            for k, v in _jax_children(x):
                 yield from walk(v, (*path, k))
         yield path, x
 
@@ -213,19 +238,42 @@ def iter_modules(module: tp.Any, /, *, graph: bool | None = None
             yield path, x
 
 
+def _direct_children(node: tp.Any, graph: bool | None, fn: str) -> list[tuple[tp.Any, tp.Any]]:
+    if _mode(graph):
+        if _proto.get_node_impl(node) is None:
+            raise InvalidNNXValueError(
+                "", f"{fn} expected a graph node, got {type(node).__name__}",
+                "Pass a Module, Rngs, nnx.List/Dict or a list/dict/tuple of them; for a "
+                "regular pytree use graph=False.")
+        return _node_items(node)
+    if isinstance(node, GraphNode) and not _is_pytree(node):
+        raise InvalidNNXValueError(
+            "", f"{fn} with graph=False needs a pytree, but {type(node).__name__} was "
+            "declared with pytree=False", "Use graph=True, or make the class a pytree.")
+    if not _proto.is_pytree_node(node, check_graph_registry=False):
+        raise InvalidNNXValueError(
+            "", f"{fn} with graph=False expected a pytree node, got {type(node).__name__}",
+            "Pass a pytree (a Module, a list/dict/tuple); for a graph node that is not a "
+            "pytree use graph=True.")
+    return _jax_children(node)
+
+
 def iter_children(node: tp.Any, /, *, graph: bool | None = None
                   ) -> tp.Iterator[tuple[tp.Any, tp.Any]]:
-    """``(name, child)`` for the graph nodes held directly by ``node``."""
-    if not _mode(graph):
-        _check_tree(node)
-    seen: set[int] = set()
-    for k, v in _node_items(node):
-        if isinstance(v, GraphNode) and id(v) not in seen:
-            seen.add(id(v))
+    """``(name, child)`` for the graph nodes, Variables and Refs held directly by ``node``,
+    a shared child under each of its names (as Flax)."""
+    for k, v in _direct_children(node, graph, "iter_children"):
+        if _proto.is_graph_object(v) or is_array_ref(v):
             yield k, v
 
 
-iter_module_children = iter_children
+def iter_module_children(node: tp.Any, /, *, graph: bool | None = None
+                         ) -> tp.Iterator[tuple[tp.Any, tp.Any]]:
+    """``(name, child)`` for the graph nodes (Modules, Rngs, nnx containers...) held directly
+    by ``node``, Variables left out."""
+    for k, v in _direct_children(node, graph, "iter_module_children"):
+        if _proto.is_node_module(v):
+            yield k, v
 
 
 def recursive_map(f: tp.Callable[[tuple, tp.Any], tp.Any], node: tp.Any, /, *,

@@ -1,24 +1,26 @@
 """Array-like operators for Variables: ``param + 1``, ``x @ param``, ``-param``, ``param == 0``.
 
 Each operator reads the Variable's value (``get_value()``, so subclass overrides and hooks
-apply), unwraps a Variable on the other side too, and applies Python's own operator, so
-reflection between types works as it does for the bare values. In-place operators
-(``param += 1``) write the result back with ``set_value`` and keep the same Variable.
+apply), unwraps a Variable on the other side, and calls the value's own dunder method (as
+Flax 0.12.8 does): what the value's type answers is the answer, ``NotImplemented`` included,
+so ``round(param)`` keeps a float array's dtype and ``math.floor(param)`` fails for a JAX array
+as it does in Flax. In-place operators (``param += 1``) write the result back with
+``set_value`` and keep the same Variable.
 
 The set of dunders is Flax 0.12.8's: no ``__array__`` (so ``np.float64(2) * param`` defers
-to the Variable and stays a JAX array, also under ``jit``), no ``__bool__``, no ordering
-(``<`` ...) and no ``divmod``; read the value for those (``param[...] > 0``).
+to the Variable and stays a JAX array, also under ``jit``), no ``__bool__``, no ``__ne__``
+(Python negates ``__eq__``), no ordering (``<`` ...) and no ``divmod``; read the value for
+those (``param[...] > 0``).
 
 >>> import jax.numpy as jnp
 >>> from flaxen import nnx
 >>> p = nnx.Param(jnp.array(2.0))
->>> float(p * 3), float(1 - p), float(-p), bool(p[...] > 1)
-(6.0, -1.0, -2.0, True)
+>>> float(p * 3), float(1 - p), float(-p), bool(p[...] > 1), round(p).dtype
+(6.0, -1.0, -2.0, True, dtype('float32'))
 """
 
 from __future__ import annotations
 
-import math
 import operator
 import typing as tp
 
@@ -28,17 +30,9 @@ def _unwrap(x: tp.Any) -> tp.Any:
     return get(x) if get is not None else x
 
 
-def _binary(fn: tp.Callable[[tp.Any, tp.Any], tp.Any], name: str) -> tp.Callable:
+def _binary(name: str) -> tp.Callable:
     def method(self: tp.Any, other: tp.Any) -> tp.Any:
-        return fn(self.get_value(), _unwrap(other))
-
-    method.__name__ = name
-    return method
-
-
-def _reflected(fn: tp.Callable[[tp.Any, tp.Any], tp.Any], name: str) -> tp.Callable:
-    def method(self: tp.Any, other: tp.Any) -> tp.Any:
-        return fn(_unwrap(other), self.get_value())
+        return getattr(self.get_value(), name)(_unwrap(other))
 
     method.__name__ = name
     return method
@@ -53,9 +47,9 @@ def _inplace(fn: tp.Callable[[tp.Any, tp.Any], tp.Any], name: str) -> tp.Callabl
     return method
 
 
-def _unary(fn: tp.Callable[[tp.Any], tp.Any], name: str) -> tp.Callable:
+def _unary(name: str) -> tp.Callable:
     def method(self: tp.Any) -> tp.Any:
-        return fn(self.get_value())
+        return getattr(self.get_value(), name)()
 
     method.__name__ = name
     return method
@@ -68,14 +62,8 @@ _BINARY: dict[str, tp.Callable[[tp.Any, tp.Any], tp.Any]] = {
     "pow": operator.pow, "lshift": operator.lshift, "rshift": operator.rshift,
     "and": operator.and_, "xor": operator.xor, "or": operator.or_,
 }
-_COMPARE: dict[str, tp.Callable[[tp.Any, tp.Any], tp.Any]] = {
-    "eq": operator.eq, "ne": operator.ne,
-}
-_UNARY: dict[str, tp.Callable[[tp.Any], tp.Any]] = {
-    "neg": operator.neg, "pos": operator.pos, "abs": abs, "invert": operator.invert,
-    "complex": complex, "int": int, "float": float, "index": operator.index,
-    "trunc": math.trunc, "floor": math.floor, "ceil": math.ceil,
-}
+_UNARY = ("neg", "pos", "abs", "invert", "complex", "int", "float", "index", "trunc", "floor",
+          "ceil")
 
 
 class ArrayOps:
@@ -83,9 +71,12 @@ class ArrayOps:
 
     __slots__ = ()
 
-    def __round__(self, ndigits: int | None = None) -> tp.Any:
-        value = self.get_value()  # type: ignore[attr-defined]
-        return round(value) if ndigits is None else round(value, ndigits)
+    def __round__(self, ndigits: int = 0) -> tp.Any:
+        # Flax passes ndigits=0 on: round(param) is a float array for a float param
+        return self.get_value().__round__(ndigits)  # type: ignore[attr-defined]
+
+    def __eq__(self, other: tp.Any) -> tp.Any:  # type: ignore[override]
+        return self.get_value().__eq__(_unwrap(other))  # type: ignore[attr-defined]
 
     def __len__(self) -> int:
         return len(self.get_value())  # type: ignore[attr-defined]
@@ -102,11 +93,9 @@ class ArrayOps:
 
 _fn: tp.Callable[..., tp.Any]
 for _name, _fn in _BINARY.items():
-    setattr(ArrayOps, f"__{_name}__", _binary(_fn, f"__{_name}__"))
-    setattr(ArrayOps, f"__r{_name}__", _reflected(_fn, f"__r{_name}__"))
+    setattr(ArrayOps, f"__{_name}__", _binary(f"__{_name}__"))
+    setattr(ArrayOps, f"__r{_name}__", _binary(f"__r{_name}__"))
     setattr(ArrayOps, f"__i{_name}__", _inplace(_fn, f"__i{_name}__"))
-for _name, _fn in _COMPARE.items():
-    setattr(ArrayOps, f"__{_name}__", _binary(_fn, f"__{_name}__"))
-for _name, _fn in _UNARY.items():
-    setattr(ArrayOps, f"__{_name}__", _unary(_fn, f"__{_name}__"))
+for _name in _UNARY:
+    setattr(ArrayOps, f"__{_name}__", _unary(f"__{_name}__"))
 del _name, _fn

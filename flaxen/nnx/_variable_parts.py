@@ -124,10 +124,10 @@ def _remap_sharding(metadata: dict) -> None:
         metadata["out_sharding"] = metadata.pop("sharding_names")
 
 
-def _pick(meta: dict, key: str, given: tp.Any) -> tp.Any:
+def _pick(meta: dict, key: str, given: tp.Any, *, keep: bool = False) -> tp.Any:
     if key not in meta:
         return given
-    found = meta.pop(key)
+    found = meta[key] if keep else meta.pop(key)
     if given is not None and given != found:
         raise ValueError(
             f"`{key}` is given both by the initializer's metadata ({found}) and to the "

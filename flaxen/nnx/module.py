@@ -353,8 +353,10 @@ class List(reprlib.SequenceReprMixin, Module, MutableSequence[T]):
         return any(v is value or v == value for v in self)
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, (List, list)):
-            return list(self) == list(other)
+        # Flax 0.12.8's List takes its __eq__ from a field-less dataclass mixin: equal to any
+        # object of exactly its class whatever the items, never to a list
+        if other.__class__ is self.__class__:
+            return True
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
@@ -396,7 +398,13 @@ class List(reprlib.SequenceReprMixin, Module, MutableSequence[T]):
 class Sequential(Module):
     """Calls its layers in order: ``Sequential(l1, l2)(x) == l2(l1(x))``.
 
-    ``rngs=`` (and other keyword arguments) reach the layers whose ``__call__`` accepts them.
+    The call's arguments go to the first layer; a layer returning a tuple passes it on as the
+    next layer's positional arguments, a dict as its keyword arguments. ``rngs=`` reaches
+    every layer with an ``rngs`` parameter.
+
+    >>> from flaxen import nnx
+    >>> nnx.Sequential(lambda a: (a, a + 1), lambda a, b: {'c': a * b}, lambda c: c)(2)
+    6
     """
 
     def __init__(self, *layers: tp.Any) -> None:
@@ -407,26 +415,38 @@ class Sequential(Module):
     def __call__(self, *args: tp.Any, rngs: tp.Any = None, **kwargs: tp.Any) -> tp.Any:
         if not self.layers:  # identity: one argument, the arguments, the keywords, or None
             return args[0] if len(args) == 1 else args if args else kwargs or None
-        out: tp.Any = args
-        first = True
-        for layer in self.layers:
-            call_kwargs = dict(kwargs) if first else {}
-            if rngs is not None and _accepts(layer, "rngs"):
-                call_kwargs["rngs"] = rngs
-            out = layer(*out, **call_kwargs) if first else layer(out, **call_kwargs)
-            first = False
-        return out[0] if first and len(out) == 1 else out
+        out: tp.Any = None
+        for i, layer in enumerate(self.layers):
+            if not callable(layer):
+                raise TypeError(
+                    f"Sequence[{i}] is not callable: {layer!r}. Every layer of a Sequential "
+                    "must be a callable (a Module, a function such as nnx.relu, a lambda).")
+            if i:
+                # as Flax: a tuple output is the next layer's positional arguments, a dict
+                # its keyword arguments
+                if isinstance(out, tuple):
+                    args, kwargs = out, {}
+                elif isinstance(out, dict):
+                    args, kwargs = (), dict(out)
+                else:
+                    args, kwargs = (out,), {}
+            if rngs is not None and _has_keyword(layer, "rngs"):
+                kwargs["rngs"] = rngs
+            out = layer(*args, **kwargs)
+        return out
 
 
-def _accepts(fn: tp.Any, name: str) -> bool:
+def _has_keyword(fn: tp.Any, name: str) -> bool:
+    # Flax's rule: a parameter of that name that can be passed by keyword; a **kwargs catch-all
+    # does not count
     import inspect
 
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
+    p = params.get(name)
+    return p is not None and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
 
 
 # -- Flax 0.12.8's other names in nnx.module ---------------------------------------------------

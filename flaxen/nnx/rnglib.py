@@ -22,6 +22,7 @@ True
 from __future__ import annotations
 
 import functools
+import reprlib
 import typing as tp
 import warnings
 
@@ -29,8 +30,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flaxen.errors import NNXArgumentError, RngStreamNotFoundError, TraceContextError
+from flaxen.errors import (
+    InvalidNNXValueError,
+    NNXArgumentError,
+    RngStreamNotFoundError,
+    TraceContextError,
+)
 from flaxen.nnx import filterlib
+from flaxen.nnx._trace import TOP as _TOP
 from flaxen.nnx._trace import current_trace as _current_trace
 from flaxen.nnx.pytreelib import BOOKKEEPING, Pytree, chains_bookkeeping
 from flaxen.nnx.statelib import State, _flat_mapping
@@ -58,23 +65,56 @@ class RngCount(RngState):
     __slots__ = ()
 
 
-# Eager ``jax.random.fold_in`` converts and checks its arguments in Python and dispatches a
-# primitive (~8x the cost of a jitted call), and model construction draws one key per
-# parameter. The jitted function computes the same bits; it is used only on concrete keys
-# with the stream's own uint32 counts, so traced code and unusual counts keep the public path.
+# Eager ``jax.random.key``, ``jnp.zeros`` and ``fold_in`` + ``count + 1`` each convert their
+# arguments in Python and dispatch primitives one by one (~5-15x the cost of one jitted call),
+# and model construction makes a stream per Rngs and draws one key per parameter. The jitted
+# functions compute the same bits and place their results where the eager calls would (they
+# follow the same default device / mesh context); they run only on concrete values, so
+# traced code keeps the public path and its jaxprs.
 _fold_in_jit = jax.jit(jax.random.fold_in)
-# The class of a concrete typed key (not a tracer, not a Ref); found on the first draw, since
-# making a key starts JAX's backend, which importing flaxen must not do (jax.distributed and
-# device-count flags have to come first).
+
+
+@jax.jit
+def _draw_jit(key: jax.Array, count: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return jax.random.fold_in(key, count), count + 1
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _zeros_jit(shape: tuple[int, ...]) -> jax.Array:
+    return jnp.zeros(shape, dtype=jnp.uint32)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _seed_jit(seed: jax.Array, impl: str) -> tuple[jax.Array, jax.Array]:
+    # the impl is static: jit's cache does not key on jax_default_prng_impl
+    key = jax.random.key(seed, impl=impl)
+    return key, jnp.zeros(key.shape, dtype=jnp.uint32)
+
+
+# The classes of a concrete typed key and a concrete array (not tracers, not Refs); found on
+# the first draw, since making an array starts JAX's backend, which importing flaxen must not
+# do (jax.distributed and device-count flags have to come first).
 _KEY_ARRAY: list[type | None] = [None]
+_ARRAY: list[type | None] = [None]
 
 
 def _key_array_type() -> type:
     found = _KEY_ARRAY[0] = type(jax.random.key(0))
+    _ARRAY[0] = type(jax.random.key_data(jax.random.key(0)))
     return found
 
 
+def _invalid_rng(value: tp.Any, tag: str) -> InvalidNNXValueError:
+    return InvalidNNXValueError(
+        f"/{tag}", f"Rngs stream {tag!r}: invalid rng value {reprlib.repr(value)} "
+        f"({type(value).__name__}): expected a Python int seed, a typed key "
+        "(jax.random.key) or a raw uint32 key (jax.random.PRNGKey) as a jax.Array",
+        f"Pass e.g. nnx.Rngs({tag}=0) or nnx.Rngs({tag}=jax.random.key(0)); convert a "
+        "numpy or integer-array seed with int(seed).")
+
+
 def _to_key(value: tp.Any, tag: str) -> jax.Array:
+    """The 0.8.3 faces' lenient conversion: numpy and integer-array seeds are accepted."""
     if isinstance(value, (bool, np.bool_)):
         pass  # a bool is an int to Python, never a seed
     elif isinstance(value, (int, np.integer)):
@@ -93,9 +133,29 @@ def _to_key(value: tp.Any, tag: str) -> jax.Array:
         f"Pass e.g. nnx.Rngs({tag}=0) or nnx.Rngs({tag}=jax.random.key(0)).")
 
 
+def _key_and_count(value: tp.Any, tag: str) -> tuple[jax.Array, jax.Array]:
+    """Today's stream seed: what Flax 0.12.8 accepts (a Python int, bools included, or a
+    jax.Array holding a typed key or raw uint32 key data) and nothing else."""
+    if isinstance(value, int):
+        if (-(1 << 63) <= value < (1 << 63) and _current_trace() is _TOP
+                and not jax.config.jax_random_seed_offset):  # type: ignore[attr-defined]
+            # jax.random.key converts an int seed through np.int64 as well
+            impl = jax.config.jax_default_prng_impl  # type: ignore[attr-defined]
+            return _seed_jit(np.int64(value), impl)
+        key = jax.random.key(value)
+    elif isinstance(value, jax.Array) and value.dtype == jnp.uint32:
+        key = jax.random.wrap_key_data(value)  # JAX's TypeError for a wrong key-data shape
+    elif isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
+        key = value
+    else:
+        raise _invalid_rng(value, tag)
+    return key, _zero_counts(tuple(key.shape))
+
+
 def _zero_counts(shape: tuple[int, ...]) -> tp.Any:
-    # scalar streams keep a numpy counter: the eager fast path of __call__ reads it
-    return np.uint32(0) if shape == () else jnp.zeros(shape, dtype=jnp.uint32)
+    if _current_trace() is _TOP:
+        return _zeros_jit(shape)
+    return jnp.zeros(shape, dtype=jnp.uint32)
 
 
 def _as_shape(k: int | tuple[int, ...]) -> tuple[int, ...]:
@@ -174,10 +234,10 @@ class RngStream(_RandomMethods, Pytree):
     """
 
     def __init__(self, key: RngValue, *, tag: str) -> None:
-        key = _to_key(key, tag)
+        key, count = _key_and_count(key, tag)
         self.tag = tag
         self.key = RngKey(key, tag=tag)
-        self.count = RngCount(_zero_counts(tuple(key.shape)), tag=tag)
+        self.count = RngCount(count, tag=tag)
 
     def _trace_error(self) -> TraceContextError:
         return TraceContextError(
@@ -192,12 +252,17 @@ class RngStream(_RandomMethods, Pytree):
         count = self.count
         c = count.get_raw_value()
         base = self.key.get_raw_value()
-        if (type(c) is np.uint32 and type(base) is (_KEY_ARRAY[0] or _key_array_type())
+        if (type(base) is (_KEY_ARRAY[0] or _key_array_type())
                 and "set_value_hooks" not in count._var_metadata):
-            # the common eager case: a concrete scalar stream without hooks or Refs
-            key = _fold_in_jit(base, c)
-            count.set_raw_value(c + 1)
-            return key
+            # the common eager case: a concrete stream without hooks or Refs
+            if type(c) is _ARRAY[0]:
+                key, c = _draw_jit(base, c)
+                count.set_raw_value(c)
+                return key
+            if type(c) is np.uint32:  # the 0.8.3 faces' numpy counter
+                key = _fold_in_jit(base, c)
+                count.set_raw_value(c + 1)
+                return key
         c = count.value
         key = jax.random.fold_in(self.key.value, c)
         count.value = c + 1
@@ -312,17 +377,18 @@ class Rngs(_RandomMethods, Pytree):
         return ((k, v) for k, v in self.__dict__.items() if isinstance(v, RngStream))
 
     def _per_stream(self, rules: tp.Any, apply: tp.Callable[[RngStream, tp.Any], RngStream],
-                    otherwise: tp.Callable[[RngStream], RngStream]) -> Rngs:
+                    keep: tp.Callable[[RngStream], RngStream]) -> Rngs:
+        # ``keep`` serves the streams a rule maps to None and those no rule matches
         preds = [(filterlib.to_predicate(f), v) for f, v in _filter_mapping(rules).items()]
         out: dict[str, RngStream] = {}
         for name, stream in self.items():
             for pred, v in preds:
                 # as Flax: the stream itself with an empty path (a string filter is its tag)
                 if pred((), stream):
-                    out[name] = stream if v is None else apply(stream, v)
+                    out[name] = keep(stream) if v is None else apply(stream, v)
                     break
             else:
-                out[name] = otherwise(stream)
+                out[name] = keep(stream)
         return self._from_streams(out)
 
     def _from_streams(self, streams: dict[str, RngStream]) -> Rngs:
@@ -334,21 +400,31 @@ class Rngs(_RandomMethods, Pytree):
     def split(self, k: tp.Mapping[filterlib.Filter, int | tuple[int, ...] | None] | int
               | tuple[int, ...]) -> Rngs:
         """A new Rngs whose streams matched by ``k`` (a shape, or a filter -> shape map) are
-        split to that shape; the others are shared with this one."""
-        return self._per_stream(k, lambda s, n: s.split(n), lambda s: s)
+        split to that shape; the others restart from their key (count 0), as in Flax, whose
+        result is built anew from the keys."""
+        return self._per_stream(k, lambda s, n: s.split(n), _restart)
 
     def broadcast(self, k: tp.Mapping[filterlib.Filter, int | tuple[int, ...] | None] | int
                   | tuple[int, ...] | None) -> Rngs:
         """Like :meth:`split`, but each selected stream's next key is repeated to shape ``k``."""
-        return self._per_stream(k, lambda s, n: s.broadcast(n), lambda s: s)
+        return self._per_stream(k, lambda s, n: s.broadcast(n), _restart)
 
     def fork(self, /, *, split: tp.Any = None) -> Rngs:
-        """A new Rngs with independent streams, each seeded by the next key of this one's."""
+        """A new Rngs with independent streams, each seeded by the next key of this one's
+        (split to the shape ``split`` maps it to, if any: a None shape only forks)."""
         if split is not None:
             warnings.warn("Rngs.fork(split=...) is deprecated: use rngs.split(k).",
                           DeprecationWarning, stacklevel=2)
-            return self._per_stream(split, lambda s, n: s.split(n), lambda s: s._new(s()))
-        return self._from_streams({name: s._new(s()) for name, s in self.items()})
+            return self._per_stream(split, lambda s, n: s.split(n), _fork)
+        return self._from_streams({name: _fork(s) for name, s in self.items()})
+
+
+def _restart(stream: RngStream) -> RngStream:
+    return stream._new(stream.key.get_value())
+
+
+def _fork(stream: RngStream) -> RngStream:
+    return stream._new(stream())
 
 
 # --- Flax 0.8.3's state-level fork (used by the experimental face) --------------------------

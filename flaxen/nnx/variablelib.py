@@ -243,12 +243,13 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
     ) -> None:
         setter = object.__setattr__
         if isinstance(value, VariableMetadata):
-            base = dict(value.metadata)
-            hijax = _pick(base, "hijax", hijax)
-            ref = _pick(base, "ref", ref)
-            eager_sharding = _pick(base, "eager_sharding", eager_sharding)
-            base.update(metadata)
-            metadata = base
+            # Flax's merge: the keywords' keys first, the initializer's metadata after them
+            # and winning a clash; its eager_sharding keeps its place
+            aux = dict(value.metadata)
+            hijax = _pick(aux, "hijax", hijax)
+            ref = _pick(aux, "ref", ref)
+            eager_sharding = _pick(aux, "eager_sharding", eager_sharding, keep=True)
+            metadata.update(aux)
             for name in _ON_NAMES:
                 hooks = getattr(value, name)
                 if hooks and name not in metadata:
@@ -263,11 +264,7 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
         ):
             if hooks or name in metadata:
                 metadata[name] = _as_hooks(metadata.get(name, ())) + _as_hooks(hooks)
-        for name in self._class_hooks:
-            if name not in metadata:
-                metadata[name] = getattr(type(self), name)
-        if metadata and any(metadata.get(name) for name in _ON_NAMES):
-            warnings.warn(_HOOKS_DEPRECATED, stacklevel=3)
+        hooked = bool(metadata) and any(metadata.get(name) for name in _ON_NAMES)
         if hijax is None:
             hijax = _default_mode("hijax")
         if ref is None:
@@ -276,10 +273,18 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
             eager_sharding = using_eager_sharding()
         if ref:
             _check_hooks_free(value)
-        _remap_sharding(metadata)
+        # Flax's key order: the modes after the given metadata, then the class's hooks, and
+        # a renamed `sharding_names`/`sharding` moves to the end as `out_sharding`
         metadata["hijax"] = bool(hijax)
         metadata["ref"] = bool(ref)
         metadata["eager_sharding"] = bool(eager_sharding)
+        for name in self._class_hooks:
+            if name not in metadata:
+                metadata[name] = getattr(type(self), name)
+                hooked = True
+        if hooked:
+            warnings.warn(_HOOKS_DEPRECATED, stacklevel=3)
+        _remap_sharding(metadata)
         setter(self, "_var_metadata", metadata)
         setter(self, "_trace_state", _trace.current_trace())
         setter(self, "raw_value", value)

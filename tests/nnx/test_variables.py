@@ -311,3 +311,35 @@ def test_numpy_reads_a_variable_as_its_array():
     p = nnx.Param(jnp.arange(3.0))
     np.testing.assert_allclose(np.asarray(p), [0.0, 1.0, 2.0])
     assert np.asarray(p, np.int32).dtype == np.int32
+
+
+def test_numeric_dunders_call_the_value_own_methods():
+    import math
+
+    p = nnx.Param(jnp.array(1.6))
+    assert round(p).dtype == jnp.float32 and float(round(p)) == 2.0
+    assert round(nnx.Param(1.6)) == 2.0 and isinstance(round(nnx.Param(1.6)), float)
+    with pytest.raises(AttributeError):  # jax.Array has no __floor__
+        math.floor(p)
+    with pytest.raises(TypeError):  # int.__add__(float) is NotImplemented, and so is the sum
+        nnx.Param(3) + 1.5
+    ne = p != 1.0  # no __ne__: Python negates __eq__, a Python bool
+    assert ne is True
+
+
+def test_metadata_keys_in_flax_order():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        renamed = nnx.Param(jnp.ones(1), tag="t", sharding_names=("a",), eager_sharding=False)
+    # the modes follow the given keys; a renamed sharding_names lands last as out_sharding
+    assert list(renamed.get_metadata()) == ["tag", "hijax", "ref", "eager_sharding",
+                                            "out_sharding"]
+    given = nnx.Param(jnp.ones(1), out_sharding=("a",), eager_sharding=False)
+    assert list(given.get_metadata()) == ["out_sharding", "hijax", "ref", "eager_sharding"]
+    init = nnx.with_metadata(nnx.initializers.zeros_init(), foo=1, bar=3)
+    merged = nnx.Param(init(jax.random.key(0), (1,)), bar=2, baz=0)
+    # the keywords' keys first; the initializer's metadata wins a clash
+    assert list(merged.get_metadata())[:3] == ["bar", "baz", "foo"]
+    assert merged.get_metadata("bar") == 3

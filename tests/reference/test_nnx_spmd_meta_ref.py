@@ -23,3 +23,38 @@ def _metadata(lib):
 
 def test_same_metadata_as_flax():
     assert _metadata(nnx) == _metadata(fnnx)
+
+
+def _init():
+    return lambda key, shape, dtype=None: jax.numpy.zeros(shape, dtype)
+
+
+ORDER_CASES = {
+    "out_sharding": lambda lib, x, m: lib.Param(x, out_sharding=("a",), eager_sharding=False),
+    "sharding_names": lambda lib, x, m: lib.Param(x, sharding_names=("a",), eager_sharding=False),
+    "sharding": lambda lib, x, m: lib.Param(x, sharding=("a",), eager_sharding=False),
+    "mesh, names": lambda lib, x, m: lib.Param(x, mesh=m, sharding_names=("a",)),
+    "out, mesh": lambda lib, x, m: lib.Param(x, out_sharding=("a",), mesh=m),
+    "tag, names": lambda lib, x, m: lib.Param(x, tag="t", sharding_names=("a",), mesh=m),
+    "with_partitioning + tag": lambda lib, x, m: lib.Param(
+        lib.with_partitioning(_init(), ("a",), mesh=m)(jax.random.key(0), (1,)), tag="t"),
+    "with_metadata clash": lambda lib, x, m: lib.Param(
+        lib.with_metadata(_init(), eager_sharding=False, foo=1, bar=3)(
+            jax.random.key(0), (1,)), bar=2, baz=0),
+}
+
+
+@pytest.mark.parametrize("name", list(ORDER_CASES))
+def test_metadata_key_order_as_flax(name):
+    import warnings
+
+    mesh = jax.make_mesh((1,), ("a",))
+    x = jax.numpy.ones((1,))
+
+    def meta(lib):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            md = ORDER_CASES[name](lib, x, mesh).get_metadata()
+        return list(md), {k: md[k] for k in ("foo", "bar", "baz") if k in md}
+
+    assert meta(nnx) == meta(fnnx)
