@@ -6,8 +6,9 @@ keep a jitted step's Python work small, each ended by the change it stands for:
 
 - a Variable keeps the aux it last flattened to (slot ``_var_aux``) while its metadata is
   equal, so flattening it again builds nothing;
-- a Variable built by unflatten shares its aux's metadata dict until its first metadata
-  write: every in-place write goes through :func:`own_metadata`, which copies first.
+- a Variable built by unflatten shares its aux's metadata dict (sorted by key, as Flax
+  rebuilds it) until its first metadata write: every in-place write goes through
+  :func:`own_metadata`, which copies first.
 
 ``variablelib`` calls :func:`bind` once with the Variable class (whose slots the setters
 here write) and :func:`register` for each subclass.
@@ -41,7 +42,9 @@ class _VarAux(tuple):
             aux: _VarAux = tuple.__new__(_UnhashableVarAux, (typ, items))
         else:
             aux = tuple.__new__(cls, (typ, items))
-        aux.metadata = metadata
+        # in key order, as Flax rebuilds it: a Variable out of unflatten (jax.tree.map, a
+        # jitted call) lists its metadata sorted
+        aux.metadata = dict(items)
         return aux
 
     @property
@@ -87,7 +90,7 @@ def _aux_of(v: tp.Any) -> _VarAux:
             return aux
     except Exception:  # never flattened yet, or metadata values that refuse == (arrays)
         pass
-    aux = _VarAux(type(v), dict(v._var_metadata))
+    aux = _VarAux(type(v), v._var_metadata)  # the aux keeps its own sorted copy
     _set_aux(v, aux)
     return aux
 

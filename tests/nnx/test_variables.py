@@ -343,3 +343,14 @@ def test_metadata_keys_in_flax_order():
     # the keywords' keys first; the initializer's metadata wins a clash
     assert list(merged.get_metadata())[:3] == ["bar", "baz", "foo"]
     assert merged.get_metadata("bar") == 3
+
+
+def test_a_variable_rebuilt_by_unflatten_lists_its_metadata_sorted():
+    # as Flax: jax.tree.map and jitted outputs rebuild Variables from the sorted aux
+    p = nnx.Param(jnp.ones(2), zeta=1, alpha=2)
+    assert list(p.get_metadata())[:2] == ["zeta", "alpha"]
+    for rebuilt in (jax.tree.map(lambda x: x, p), jax.jit(lambda v: v)(p)):
+        keys = list(rebuilt.get_metadata())
+        assert keys == sorted(keys) and rebuilt.get_metadata() == p.get_metadata()
+        rebuilt.set_metadata("beta", 3)  # a write copies the shared dict first
+        assert "beta" not in jax.tree.map(lambda x: x, p).get_metadata()
