@@ -503,3 +503,29 @@ def test_value_and_grad_has_aux_nests_value_and_aux():
 
     out, _ = Foo().init_with_output(jax.random.PRNGKey(0), jnp.ones((1, 3)))
     assert out == ((), (1, 2), (1, 3), (1, 3), (1, 2))
+
+
+@pytest.mark.parametrize("transform", ["scan", "vmap"])
+def test_params_initialised_mapped_can_be_applied_as_input_only_axes(transform):
+    """maxtext applies a scanned stack with ``variable_axes={'params': ScanIn(0)}``: the
+    params go in mapped and nothing of theirs comes out."""
+    from flaxen.core.lift import In
+
+    class Body(nn.Module):
+        @nn.compact
+        def __call__(self, x, *rest):
+            y = nn.Dense(3)(x)
+            return (y, None) if rest else y
+
+    def build(axis):
+        if transform == "scan":
+            return nn.scan(Body, variable_axes={"params": axis}, split_rngs={"params": True},
+                           length=2)()
+        return nn.vmap(Body, variable_axes={"params": axis}, split_rngs={"params": True})()
+
+    args = (jnp.ones((1, 3)), None) if transform == "scan" else (jnp.ones((2, 1, 3)),)
+    variables = build(0).init(KEY, *args)
+    out = build(In(0)).apply(variables, *args)
+    expected = build(0).apply(variables, *args)
+    np.testing.assert_array_equal(out[0] if transform == "scan" else out,
+                                  expected[0] if transform == "scan" else expected)

@@ -606,3 +606,36 @@ def test_scan_setup_style_residual_blocks_in_setup():
 
     fv, xv = _compare(build, (X,))
     assert xv["params"]["blocks"]["up"]["kernel"].shape == (3, 3, 6)
+
+
+@pytest.mark.parametrize("marker", ["In", "Out"])
+def test_scan_with_in_out_axis_markers(marker):
+    """Initialised with a plain axis, then run with ``In``/``Out`` (t5x's ScanIn/ScanOut)."""
+    import flax.core.lift as flift
+
+    import flaxen.core.lift as xlift
+
+    def run(nn, lift):
+        class Body(nn.Module):
+            @nn.compact
+            def __call__(self, x, _):
+                y = nn.Dense(3)(x)
+                self.sow("intermediates", "y", y)
+                return y, None
+
+        def build(axis):
+            return nn.scan(Body, variable_axes={"params": axis, "intermediates": 0},
+                           split_rngs={"params": True}, length=3)()
+
+        variables = build(0).init(KEY, X, None)
+        try:
+            return build(getattr(lift, marker)(0)).apply(
+                {"params": variables["params"]}, X, None, mutable=["intermediates"])
+        except Exception as e:  # noqa: BLE001 - the error class is compared
+            return type(e).__name__
+
+    got, want = run(xnn, xlift), run(fnn, flift)
+    if isinstance(want, str):
+        assert got == want
+    else:
+        _bits_equal(got, want)
