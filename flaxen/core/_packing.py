@@ -17,6 +17,7 @@ keys drawn inside are the ones Flax draws (``split_rngs`` splits the underlying 
 from __future__ import annotations
 
 import functools
+import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -128,10 +129,16 @@ def pack(
     @functools.wraps(fn)
     def wrapper(scope_tree: Any, *args: Any, **kwargs: Any) -> Any:
         if kwargs and not enable_kwargs:
-            raise TypeError(
-                f"The lifted transform {name or fn.__name__!r} does not accept keyword "
-                f"arguments (got {sorted(kwargs)}); pass them positionally."
+            # Flax warns and carries on without them; code that relies on the keyword's
+            # default keeps working, so this stays a warning rather than an error.
+            warnings.warn(
+                f'kwargs are not supported in {name}, so "{", ".join(kwargs)}" is(are) '
+                "ignored: the wrapped function runs with their defaults. Pass these "
+                "arguments positionally to have them used.",
+                RuntimeWarning,
+                stacklevel=2,
             )
+            kwargs = {}
         scopes, treedef = jax.tree_util.tree_flatten(scope_tree, is_leaf=_is_scope)
         for s in scopes:
             if not isinstance(s, Scope):

@@ -529,3 +529,39 @@ def test_params_initialised_mapped_can_be_applied_as_input_only_axes(transform):
     expected = build(0).apply(variables, *args)
     np.testing.assert_array_equal(out[0] if transform == "scan" else out,
                                   expected[0] if transform == "scan" else expected)
+
+
+@pytest.mark.parametrize("transform", ["vmap", "scan", "custom_vjp"])
+def test_keywords_to_a_vmapped_scanned_or_custom_vjp_call_are_dropped_with_a_warning(transform):
+    class Body(nn.Module):
+        @nn.compact
+        def __call__(self, x, ys=None, scale=1.0):
+            y = nn.Dense(2)(x) * scale
+            return (y, ys) if transform == "scan" else y
+
+    class Outer(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            if transform == "vmap":
+                layer = nn.vmap(Body, variable_axes={"params": 0},
+                                split_rngs={"params": True})()
+                return layer(x, scale=5.0)
+            if transform == "scan":
+                layer = nn.scan(Body, variable_axes={"params": 0},
+                                split_rngs={"params": True}, length=2)()
+                return layer(x, None, scale=5.0)[0]
+            fn = nn.custom_vjp(lambda m, x, scale=1.0: m(x) * scale,
+                               lambda m, x, scale=1.0: (m(x) * scale, None),
+                               lambda res, g: ({"params": {}}, g))
+            return fn(nn.Dense(2), x, scale=5.0)
+
+    x = jnp.ones((2, 1, 2)) if transform == "vmap" else jnp.ones((1, 2))
+    with pytest.warns(RuntimeWarning, match=f"kwargs are not supported in {transform}"):
+        y, variables = Outer().init_with_output(KEY, x)
+    # The keyword never reached the body: the output is the one of the default scale.
+    with pytest.warns(RuntimeWarning, match='"scale" is'):
+        again = Outer().apply(variables, x)
+    np.testing.assert_array_equal(again, y)
+    if transform == "custom_vjp":
+        dense = variables["params"]["Dense_0"]
+        np.testing.assert_allclose(y, x @ dense["kernel"] + dense["bias"], rtol=1e-6)

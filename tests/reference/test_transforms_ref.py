@@ -639,3 +639,28 @@ def test_scan_with_in_out_axis_markers(marker):
         assert got == want
     else:
         _bits_equal(got, want)
+
+
+@pytest.mark.parametrize("transform", ["vmap", "scan"])
+def test_keyword_arguments_of_mapped_modules_are_dropped_with_flaxs_warning(transform):
+    def build(nn):
+        class Body(nn.Module):
+            @nn.compact
+            def __call__(self, c, x=None, scale=1.0):
+                y = nn.Dense(3)(c) * scale
+                return (y, x) if transform == "scan" else y
+
+        if transform == "scan":
+            return nn.scan(Body, variable_axes={"params": 0}, split_rngs={"params": True},
+                           length=2)()
+        return nn.vmap(Body, variable_axes={"params": 0}, split_rngs={"params": True})()
+
+    def run(nn):
+        args = (X, None) if transform == "scan" else (X[:, None],)
+        with pytest.warns(RuntimeWarning) as record:
+            out = build(nn).init_with_output(KEY, *args, scale=7.0)
+        return out, [str(w.message).split(":")[0] for w in record]
+
+    (fout, fmsgs), (xout, xmsgs) = run(fnn), run(xnn)
+    _bits_equal(xout, fout)
+    assert xmsgs == fmsgs
