@@ -258,3 +258,19 @@ def test_cell_without_features_takes_the_carry_size():
     cell = nn.GRUCell()  # the documented older API: the size comes from the carry
     v = cell.init(jax.random.PRNGKey(0), jnp.zeros((2, 3)), jnp.ones((2, 2)))
     assert v["params"]["hr"]["kernel"].shape == (3, 3)
+
+
+@pytest.mark.parametrize("cell, keys", [
+    (nn.LSTMCell(2), ["ii", "hi", "if", "hf", "ig", "hg", "io", "ho"]),
+    (nn.OptimizedLSTMCell(2), ["ii", "hi", "if", "hf", "ig", "hg", "io", "ho"]),
+    (nn.GRUCell(2), ["ir", "hr", "iz", "hz", "in", "hn"]),
+    (nn.MGUCell(2), ["if", "hf", "hn", "in"]),
+    (nn.MGUCell(2, reset_gate=False), ["if", "hf", "hn", "in"]),
+    (nn.SimpleCell(2), ["i", "h"]),
+])
+def test_cell_params_are_created_in_the_documented_order(cell, keys):
+    """The params dict's key order is part of the contract (msgpack bytes, tabulate)."""
+    x = jnp.ones((1, 2))
+    key = jax.random.PRNGKey(0)
+    carry = cell.initialize_carry(key, x.shape)
+    assert list(cell.init(key, carry, x)["params"]) == keys
