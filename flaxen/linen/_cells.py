@@ -287,12 +287,12 @@ class OptimizedLSTMCell(RNNCellBase):
         in_params, h_params = [], []
         # Gate by gate, input part then hidden part: Flax's creation order, which is the
         # key order of the params dict.
-        for g in ("i", "f", "g", "o"):
+        for gate in ("i", "f", "g", "o"):
             in_params.append(DenseParams(hidden, use_bias=False, param_dtype=self.param_dtype,
-                                         kernel_init=self.kernel_init, name=f"i{g}")(inputs))
+                                         kernel_init=self.kernel_init, name=f"i{gate}")(inputs))
             h_params.append(DenseParams(hidden, use_bias=True, param_dtype=self.param_dtype,
                                         kernel_init=self.recurrent_kernel_init,
-                                        bias_init=self.bias_init, name=f"h{g}")(h))
+                                        bias_init=self.bias_init, name=f"h{gate}")(h))
         x_all = self._fused(inputs, in_params, use_bias=False)
         h_all = self._fused(h, h_params, use_bias=True)
         i, f, g, o = (x_all[n] + h_all[n] for n in range(4))
