@@ -274,3 +274,25 @@ def test_cell_params_are_created_in_the_documented_order(cell, keys):
     key = jax.random.PRNGKey(0)
     carry = cell.initialize_carry(key, x.shape)
     assert list(cell.init(key, carry, x)["params"]) == keys
+
+
+def test_documented_cell_size_sizes_a_featureless_cell_and_survives_clones():
+    rnn = nn.RNN(nn.GRUCell(), cell_size=5)
+    assert rnn.cell.features == 5 and rnn.clone().cell.features == 5
+    # A truthy int in time_major's slot means time_major when the cell has its size.
+    sized = nn.RNN(nn.GRUCell(2), 1)
+    assert sized.time_major == 1
+    x = jnp.ones((4, 3, 2))
+    assert sized.apply(sized.init(jax.random.PRNGKey(0), x), x).shape == (4, 3, 2)
+
+
+def test_documented_cell_size_inside_a_compact_parent():
+    class Outer(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.RNN(nn.LSTMCell(), cell_size=4)(x)
+
+    x = jnp.ones((2, 3, 5))
+    y, variables = Outer().init_with_output(jax.random.PRNGKey(0), x)
+    assert y.shape == (2, 3, 4)
+    assert variables["params"]["LSTMCell_0"]["hi"]["kernel"].shape == (4, 4)

@@ -53,9 +53,12 @@ def test_rnn_base_is_a_protocol_rnn_satisfies():
         recurrent.RNNBase()
 
 
-def test_rnn_cell_size_is_keyword_only_and_positional_order_is_flaxs():
+def test_rnn_cell_size_is_accepted_but_not_a_field():
     positional = [f.name for f in dataclasses.fields(nn.RNN) if not f.kw_only]
-    assert "cell_size" not in positional and positional[-2:] == ["parent", "name"]
+    assert "cell_size" not in [f.name for f in dataclasses.fields(nn.RNN)]
+    assert positional[-2:] == ["parent", "name"]
+    assert "cell_size" not in repr(nn.RNN(nn.SimpleCell(3)))
+    assert "cell_size" not in inspect.signature(nn.RNN).parameters
     layer = nn.RNN(nn.SimpleCell(3), cell_size=None)
     x = jnp.ones((2, 4, 2))
     assert layer.apply(layer.init(jax.random.key(0), x), x).shape == (2, 4, 3)
