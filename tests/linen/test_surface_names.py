@@ -182,7 +182,7 @@ def test_kw_only_dataclasses_extra_fields_and_field_kwargs():
     p = Point(1, tag="u")
     assert (p.x, p.tag) == (1, "u")
     with pytest.raises(TypeError):
-        Point(1, "u")  # keyword-only
+        Point(1, "u")  # marked keyword-only: refused by position
     with pytest.raises(ValueError, match="extra_fields"):
         kw_only_dataclasses.dataclass(extra_fields=[("bad", int, 3)])(type("X", (), {}))
     f = kw_only_dataclasses.field(default=2, repr=False, metadata={"a": 1})
