@@ -33,6 +33,7 @@ from flaxen.core._filters import (
     union_filters,
 )
 from flaxen.core._rng import LazyRng
+from flaxen.core.frozen_dict import FrozenDict
 from flaxen.core.scope import Scope, _copy_dicts
 from flaxen.typing import In, Out  # the axis markers live with the public type aliases
 
@@ -99,6 +100,20 @@ def _scope_collections(scope: Scope) -> dict[str, Any]:
         if found is not None:
             out[col] = found
     return out
+
+
+def _sorted_dicts(x: Any) -> Any:
+    """``x`` with the keys of every (Frozen)dict level sorted.
+
+    Flax copies the variables entering a lifted transform with a pytree map, which sorts
+    dict keys; that order is the one of the variables the transform hands back (visible
+    where no JAX transform re-sorts them, e.g. ``map_variables``).
+    """
+    if isinstance(x, FrozenDict):
+        return FrozenDict({k: _sorted_dicts(x[k]) for k in sorted(x)})
+    if isinstance(x, dict):
+        return {k: _sorted_dicts(x[k]) for k in sorted(x)}
+    return x
 
 
 def _copy_mutable(variables: Mapping[str, Any], mutable: CollectionFilter) -> dict:
@@ -173,7 +188,8 @@ def pack(
                     rngs.update(group[i])
                 mutable = intersect_filters(root.mutable, mutable_filter)
                 mutable = intersect_filters(mutable, _union_all(out_variable_filters))
-                inner = Scope(_copy_mutable(variables, mutable), rngs=rngs, name=root.name,
+                inner = Scope(_copy_mutable(_sorted_dicts(variables), mutable), rngs=rngs,
+                              name=root.name,
                               mutable=mutable, parent=None, path=root.path,
                               debug_path=_lifted_debug_path(root.debug_path, name),
                               flags=root.flags)

@@ -565,3 +565,19 @@ def test_keywords_to_a_vmapped_scanned_or_custom_vjp_call_are_dropped_with_a_war
     if transform == "custom_vjp":
         dense = variables["params"]["Dense_0"]
         np.testing.assert_allclose(y, x @ dense["kernel"] + dense["bias"], rtol=1e-6)
+
+
+def test_map_variables_hands_back_variables_in_sorted_key_order():
+    """Variables entering a lifted transform are copied with sorted keys (Flax copies them
+    with a pytree map); map_variables hands that order back."""
+
+    class Body(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.BatchNorm(use_running_average=False)(nn.Dense(3)(x))
+
+    mapped = nn.map_variables(Body, ["params", "batch_stats"], init=True, mutable=True)()
+    variables = mapped.init(KEY, jnp.ones((2, 4)))
+    assert list(variables) == ["batch_stats", "params"]
+    assert list(variables["params"]) == ["BatchNorm_0", "Dense_0"]
+    assert list(variables["params"]["Dense_0"]) == ["bias", "kernel"]

@@ -664,3 +664,24 @@ def test_keyword_arguments_of_mapped_modules_are_dropped_with_flaxs_warning(tran
     (fout, fmsgs), (xout, xmsgs) = run(fnn), run(xnn)
     _bits_equal(xout, fout)
     assert xmsgs == fmsgs
+
+
+@pytest.mark.parametrize("mutable", [False, True])
+def test_map_variables_key_order_matches_flax(mutable):
+    def order(nn):
+        class Body(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                return nn.BatchNorm(use_running_average=False)(nn.Dense(3)(x))
+
+        cols = ["params", "batch_stats"] if mutable else "params"
+        mapped = nn.map_variables(Body, cols, init=True, mutable=mutable)()
+        variables = mapped.init(KEY, X)
+        _, state = mapped.apply(variables, X, mutable=True)
+
+        def keys(tree):
+            return [(k, keys(v)) if hasattr(v, "items") else k for k, v in tree.items()]
+
+        return keys(variables), keys(state)
+
+    assert order(xnn) == order(fnn)
