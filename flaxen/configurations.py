@@ -320,8 +320,10 @@ class Config:
         )
 
     def __repr__(self) -> str:
-        items = ", ".join(f"{n}={v!r}" for n, v in sorted(self._values.items()))
-        return f"Config({items})"
+        # Flax's layout, to the character (one flag a line, in definition order, each comma
+        # followed by a space before the line break).
+        items = ", ".join(f"\n  {n}={v!r}" for n, v in self._values.items())
+        return f"Config({items}\n)"
 
 
 config = Config()

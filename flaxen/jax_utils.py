@@ -23,7 +23,7 @@ import collections
 import functools
 import itertools
 import math
-import warnings  # noqa: F401 - importable from here in Flax
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -109,12 +109,22 @@ def unreplicate(tree: Any) -> Any:
 def pmean(xs: Any, axis_name: Any) -> Any:
     """Mean of every leaf of ``xs`` over the mapped axis ``axis_name`` (inside pmap etc.).
 
-    >>> import jax, jax.numpy as jnp
+    Deprecated (a ``DeprecationWarning`` per call, as in Flax): ``jax.lax.pmean`` takes the
+    same arguments.
+
+    >>> import jax, jax.numpy as jnp, warnings
     >>> n = jax.local_device_count()
-    >>> out = jax.pmap(lambda x: pmean(x, 'i'), axis_name='i')(jnp.arange(n * 1.0))
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter('ignore', DeprecationWarning)
+    ...     out = jax.pmap(lambda x: pmean(x, 'i'), axis_name='i')(jnp.arange(n * 1.0))
     >>> bool((out == (n - 1) / 2).all())
     True
     """
+    warnings.warn(
+        "flax.jax_utils.pmean is deprecated: use jax.lax.pmean instead, with the same "
+        "arguments.",
+        DeprecationWarning,
+    )
     return jax.lax.pmean(xs, axis_name)
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import abc
 import copy
 import dataclasses
-import warnings  # noqa: F401 - importable from here in Flax
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -324,9 +324,27 @@ class Traversal(abc.ABC):
     Chain with ``[key]`` (:class:`TraverseItem`), ``.attr`` (:class:`TraverseAttr`),
     :meth:`each`, :meth:`filter`, :meth:`tree`, :meth:`merge` and :meth:`compose`.
 
-    >>> list(t_identity['a'].each().iterate({'a': [1, 2]}))
+    Deprecated: every construction warns (``DeprecationWarning``, as in Flax, whose
+    ``flax.optim`` they served); use Optax's masking (``optax.masked``,
+    ``optax.multi_transform``) instead.
+
+    >>> import warnings
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter('ignore', DeprecationWarning)
+    ...     print(list(t_identity['a'].each().iterate({'a': [1, 2]})))
     [1, 2]
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Traversal:
+        # __new__, not __init__: subclasses define their own __init__ without calling up.
+        warnings.warn(
+            "`flax.traverse_util.Traversal` will be deprecated: Traversals served the "
+            "removed flax.optim. Select parameters for an optimizer with Optax instead "
+            "(optax.masked or optax.multi_transform, labels from "
+            "flax.traverse_util.path_aware_map).",
+            DeprecationWarning,
+        )
+        return super().__new__(cls)
 
     @abc.abstractmethod
     def update(self, fn: Callable[[Any], Any], inputs: Any) -> Any:
@@ -398,7 +416,9 @@ class TraverseId(Traversal):
         yield inputs
 
 
-t_identity = TraverseId()
+with warnings.catch_warnings():  # the module's own instance is not the user's doing
+    warnings.simplefilter("ignore", DeprecationWarning)
+    t_identity = TraverseId()
 
 
 class TraverseMerge(Traversal):

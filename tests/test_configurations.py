@@ -282,3 +282,13 @@ def test_pytree_module_flag_is_the_default_of_the_pytree_class_keyword():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True)
     assert out.stdout.split() == ["False", "True"]
+
+
+def test_repr_lists_one_flag_a_line_in_definition_order():
+    from flaxen import config
+
+    lines = repr(config).split("\n")
+    assert lines[0] == "Config(" and lines[-1] == ")"
+    assert [line.split("=")[0].strip() for line in lines[1:-1]] == list(config._values)
+    assert lines[1] == f"  flax_filter_frames={config.flax_filter_frames!r}, "
+    assert not lines[-2].endswith(",")

@@ -138,11 +138,6 @@ def scan(
     in_axes_of, out_axes_of = _split_in_out_axes(variable_axes)
     variable_in_groups, variable_in_axes = _unzip(in_axes_of.items())
     variable_out_groups, variable_out_axes = _unzip(out_axes_of.items())
-    if variable_in_groups != variable_out_groups:
-        raise ValueError(
-            "scan needs the same collections in its input and output variable_axes; got "
-            f"{variable_in_groups} in and {variable_out_groups} out."
-        )
     rng_groups_f, rng_splits = _unzip(split_rngs.items())
 
     def inner(scope_fn, repack_fn, variable_groups, rng_groups, init_carry, *args):

@@ -417,7 +417,7 @@ def custom_vjp(
     """
     nondiff_argnums = tuple(nondiff_argnums)
 
-    def wrapper(scope_tree: Any, *args: Any) -> Any:
+    def wrapper(scope_tree: Any, *args: Any, **kwargs: Any) -> Any:
         n = _scope_count(scope_tree)
 
         def inner(scope_fn, repack_fn, variable_groups, rng_groups, *args):
@@ -446,8 +446,9 @@ def custom_vjp(
             f_custom.defvjp(f_fwd, f_bwd)
             return f_custom(_squeeze_scopes(grad_vars_g), *args)
 
+        # ``pack`` warns about keyword arguments and drops them, as for vmap and scan.
         return pack(inner, (grad_vars, True), (True,), (True,), name="custom_vjp")(
-            scope_tree, *args)
+            scope_tree, *args, **kwargs)
 
     return wrapper
 

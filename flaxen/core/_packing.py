@@ -17,6 +17,7 @@ keys drawn inside are the ones Flax draws (``split_rngs`` splits the underlying 
 from __future__ import annotations
 
 import functools
+import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -32,6 +33,7 @@ from flaxen.core._filters import (
     union_filters,
 )
 from flaxen.core._rng import LazyRng
+from flaxen.core.frozen_dict import FrozenDict
 from flaxen.core.scope import Scope, _copy_dicts
 from flaxen.typing import In, Out  # the axis markers live with the public type aliases
 
@@ -100,6 +102,20 @@ def _scope_collections(scope: Scope) -> dict[str, Any]:
     return out
 
 
+def _sorted_dicts(x: Any) -> Any:
+    """``x`` with the keys of every (Frozen)dict level sorted.
+
+    Flax copies the variables entering a lifted transform with a pytree map, which sorts
+    dict keys; that order is the one of the variables the transform hands back (visible
+    where no JAX transform re-sorts them, e.g. ``map_variables``).
+    """
+    if isinstance(x, FrozenDict):
+        return FrozenDict({k: _sorted_dicts(x[k]) for k in sorted(x)})
+    if isinstance(x, dict):
+        return {k: _sorted_dicts(x[k]) for k in sorted(x)}
+    return x
+
+
 def _copy_mutable(variables: Mapping[str, Any], mutable: CollectionFilter) -> dict:
     return {col: _copy_dicts(v) if in_filter(mutable, col) else v
             for col, v in variables.items()}
@@ -128,10 +144,16 @@ def pack(
     @functools.wraps(fn)
     def wrapper(scope_tree: Any, *args: Any, **kwargs: Any) -> Any:
         if kwargs and not enable_kwargs:
-            raise TypeError(
-                f"The lifted transform {name or fn.__name__!r} does not accept keyword "
-                f"arguments (got {sorted(kwargs)}); pass them positionally."
+            # Flax warns and carries on without them; code that relies on the keyword's
+            # default keeps working, so this stays a warning rather than an error.
+            warnings.warn(
+                f'kwargs are not supported in {name}, so "{", ".join(kwargs)}" is(are) '
+                "ignored: the wrapped function runs with their defaults. Pass these "
+                "arguments positionally to have them used.",
+                RuntimeWarning,
+                stacklevel=2,
             )
+            kwargs = {}
         scopes, treedef = jax.tree_util.tree_flatten(scope_tree, is_leaf=_is_scope)
         for s in scopes:
             if not isinstance(s, Scope):
@@ -166,7 +188,8 @@ def pack(
                     rngs.update(group[i])
                 mutable = intersect_filters(root.mutable, mutable_filter)
                 mutable = intersect_filters(mutable, _union_all(out_variable_filters))
-                inner = Scope(_copy_mutable(variables, mutable), rngs=rngs, name=root.name,
+                inner = Scope(_copy_mutable(_sorted_dicts(variables), mutable), rngs=rngs,
+                              name=root.name,
                               mutable=mutable, parent=None, path=root.path,
                               debug_path=_lifted_debug_path(root.debug_path, name),
                               flags=root.flags)

@@ -125,27 +125,18 @@ def replace_boxed(tree: Any, updates: Any) -> Any:
 
 
 def _global_mesh() -> Any:
-    try:
-        from jax.sharding import get_abstract_mesh
-
-        mesh = get_abstract_mesh()
-        if mesh is not None and not getattr(mesh, "empty", True):
-            return mesh
-    except ImportError:  # pragma: no cover - older JAX
-        pass
-    try:  # the legacy `with mesh:` context (jax.interpreters.pxla's alias is deprecated)
-        from jax._src.mesh import thread_resources
-
-        mesh = thread_resources.env.physical_mesh
-        if not mesh.empty:
-            return mesh
-    except (ImportError, AttributeError):  # pragma: no cover
-        pass
-    return None
+    # Only the mesh of jax.set_mesh / use_mesh counts, as in Flax 0.12.8: under the legacy
+    # `with mesh:` context Flax applies no constraint, so neither does flaxen (the same
+    # model must place its arrays the same way under both libraries).
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh is None or mesh.empty:
+        return None
+    return mesh
 
 
 def get_global_mesh() -> Any:
-    """The mesh of an enclosing ``with mesh:`` / ``jax.sharding.use_mesh``, or None."""
+    """The mesh set by ``jax.set_mesh`` / ``jax.sharding.use_mesh``, or None (a legacy
+    ``with mesh:`` block does not count)."""
     return _global_mesh()
 
 

@@ -284,18 +284,15 @@ class OptimizedLSTMCell(RNNCellBase):
         c, h = carry
         _check_carry(self, c=c, h=h)
         hidden = h.shape[-1]
-        gates = ("i", "f", "g", "o")
-        in_params = [
-            DenseParams(hidden, use_bias=False, param_dtype=self.param_dtype,
-                        kernel_init=self.kernel_init, name=f"i{g}")(inputs)
-            for g in gates
-        ]
-        h_params = [
-            DenseParams(hidden, use_bias=True, param_dtype=self.param_dtype,
-                        kernel_init=self.recurrent_kernel_init, bias_init=self.bias_init,
-                        name=f"h{g}")(h)
-            for g in gates
-        ]
+        in_params, h_params = [], []
+        # Gate by gate, input part then hidden part: Flax's creation order, which is the
+        # key order of the params dict.
+        for gate in ("i", "f", "g", "o"):
+            in_params.append(DenseParams(hidden, use_bias=False, param_dtype=self.param_dtype,
+                                         kernel_init=self.kernel_init, name=f"i{gate}")(inputs))
+            h_params.append(DenseParams(hidden, use_bias=True, param_dtype=self.param_dtype,
+                                        kernel_init=self.recurrent_kernel_init,
+                                        bias_init=self.bias_init, name=f"h{gate}")(h))
         x_all = self._fused(inputs, in_params, use_bias=False)
         h_all = self._fused(h, h_params, use_bias=True)
         i, f, g, o = (x_all[n] + h_all[n] for n in range(4))
@@ -406,12 +403,13 @@ class MGUCell(RNNCellBase):
             dtype=self.dtype, param_dtype=self.param_dtype)
         f = self.gate_fn(dense_i(name="if", bias_init=self.forget_bias_init)(inputs)
                          + dense_h(name="hf")(h))
-        x_n = dense_i(name="in", bias_init=self.activation_bias_init)(inputs)
+        # ``hn`` before ``in``: Flax's creation order, hence its params key order.
         if self.reset_gate:
-            h_n = dense_h(name="hn", use_bias=True, bias_init=self.activation_bias_init)(h)
-            n = self.activation_fn(x_n + f * h_n)
+            h_n = f * dense_h(name="hn", use_bias=True, bias_init=self.activation_bias_init)(h)
         else:
-            n = self.activation_fn(x_n + dense_h(name="hn")(h))
+            h_n = dense_h(name="hn")(h)
+        x_n = dense_i(name="in", bias_init=self.activation_bias_init)(inputs)
+        n = self.activation_fn(x_n + h_n)
         new_h = (1.0 - f) * n + f * h
         return new_h, new_h
 

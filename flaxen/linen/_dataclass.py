@@ -18,6 +18,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
+import sys
+import types
 from typing import Any
 
 from flaxen import errors
@@ -36,6 +38,9 @@ def _check_annotations(cls: type) -> None:
 
 def _generate_init(cls: Any, fields: list[dataclasses.Field]) -> Any:
     """An ``__init__`` equivalent to the dataclass one, writing to ``__dict__`` directly."""
+    # The helpers reach the body as closure cells, so the function can keep the module's
+    # globals (as dataclasses' __init__ does: typing.get_type_hints resolves string
+    # annotations there).
     globs: dict[str, Any] = {"_MISSING": _MISSING}
     positional: list[str] = []
     keyword: list[str] = []
@@ -75,17 +80,27 @@ def _generate_init(cls: Any, fields: list[dataclasses.Field]) -> Any:
         # reported by init/apply (IncorrectPostInitOverrideError).
         globs["_adopt"] = adopt_after_init
         check = "    if '_state' in _d:\n        _adopt(self)\n"
-    src = (
+    inner = (
         f"def __init__({', '.join(params)}):\n"
         "    _d = self.__dict__\n"
         + "\n".join(body) + "\n"
         "    self.__post_init__()\n"
         + check
     )
-    exec(src, globs)  # noqa: S102 - generated from the class's own field list
-    init = globs["__init__"]
+    names = list(globs)
+    src = (f"def _factory({', '.join(names)}):\n"
+           + "".join(f"    {line}\n" for line in inner.splitlines())
+           + "    return __init__\n")
+    namespace: dict[str, Any] = {}
+    exec(src, namespace)  # noqa: S102 - generated from the class's own field list
+    made = namespace["_factory"](*(globs[n] for n in names))
+    module = sys.modules.get(cls.__module__)
+    init: Any = types.FunctionType(made.__code__, module.__dict__ if module else {},
+                                   "__init__", made.__defaults__, made.__closure__)
+    init.__kwdefaults__ = made.__kwdefaults__
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
+    init.__annotations__ = {**{f.name: f.type for f in fields if f.init}, "return": None}
     shown = [f.name for f in fields if f.init and f.name in _RESERVED and not f.kw_only]
     if shown:
         init.__signature__ = _flax_signature(init, shown)
@@ -122,6 +137,30 @@ _FIELD_INITVAR = dataclasses._FIELD_INITVAR  # type: ignore[attr-defined]
 
 # Set by _module.py once Module exists: (Module.__post_init__,).
 _module_post_init: list[Any] = [None]
+# Set by _module.py once Module exists: the (evaluated) types of the parent and name fields.
+_reserved_types: dict[str, Any] = {}
+
+
+def _resolve_own_types(cls: Any, fields: list[dataclasses.Field]) -> None:
+    """Evaluates the string annotations of one of flaxen's own Modules.
+
+    Flax's layers are written without ``from __future__ import annotations``, so their
+    field types, class annotations and ``__init__`` signature hold objects; flaxen's
+    modules postpone annotations. A name that cannot be evaluated yet keeps its string.
+    """
+    module = sys.modules.get(cls.__module__)
+    own = cls.__dict__.get("__annotations__")
+    if module is None or not own:
+        return
+    local = dict(vars(cls))
+    for f in fields:
+        if not isinstance(f.type, str) or own.get(f.name) != f.type:
+            continue
+        try:
+            value = eval(f.type, module.__dict__, local)  # noqa: S307 - flaxen's own source
+        except Exception:  # noqa: BLE001 - a forward reference: keep the string
+            continue
+        f.type = own[f.name] = value
 
 
 def make_dataclass(cls: Any, kw_only: bool = False) -> None:
@@ -170,6 +209,21 @@ def make_dataclass(cls: Any, kw_only: bool = False) -> None:
             reordered[k] = f
         cls.__dataclass_fields__ = reordered
     fields = list(cls.__dataclass_fields__.values())
+    if cls.__module__.startswith("flaxen."):
+        _resolve_own_types(cls, fields)
+    for f in fields:
+        if f.name in _RESERVED and f.name in _reserved_types:
+            f.type = _reserved_types[f.name]
+    if _reserved_types and any(n in declared for n in _RESERVED):
+        # Flax adds parent and name to each Module class's own annotations, and lists
+        # them in __match_args__ unless they are keyword-only.
+        if "__annotations__" not in cls.__dict__:
+            cls.__annotations__ = {}
+        for f in fields:
+            if f.name in _RESERVED:
+                cls.__dict__["__annotations__"][f.name] = f.type
+        cls.__match_args__ = tuple(  # type: ignore[misc]
+            f.name for f in fields if f.init and not f.kw_only)
     if not has_initvar:  # InitVars need dataclasses' own __init__ (rare)
         init_fields = [f for f in fields if f._field_type is _FIELD]
         cls.__init__ = _generate_init(cls, init_fields)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import types
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, Optional, TypeVar, Union, cast
 
 import jax
 import jax.numpy as jnp
@@ -464,6 +464,11 @@ _BASE_NAMES = frozenset(
     {n for n in vars(Module) if n not in ("__call__", "setup")} | {"scope"})
 _dataclass._module_post_init[0] = Module.__post_init__
 _dataclass._default_setup[0] = Module.setup
+# typing.Union/Optional rather than ``|``: the reprs in signatures and fields are Flax's.
+_dataclass._reserved_types.update(
+    parent=Union[Module, Scope, _Sentinel, None],  # noqa: UP007
+    name=Optional[str],  # noqa: UP045
+)
 _dataclass.make_dataclass(Module)
 Module._flaxen_setup = None
 # Unbound until init/apply/bind puts a Scope in the instance's __dict__; as a class attribute

@@ -16,7 +16,7 @@ handled with ``seq_lengths``: reversed runs keep the padding at the end, and wit
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -93,8 +93,10 @@ class RNN(Module):
       keep_order: with ``reverse``, flip the outputs back to input order.
       unroll, variable_axes, variable_broadcast, variable_carry, split_rngs: passed to
         :func:`flaxen.linen.scan` (``params`` broadcast to every step by default).
-      cell_size: the documented form's carry size, for cells built without
-        ``features``; ``RNN(cell, cell_size)`` positionally is also accepted.
+
+    The older documented form ``RNN(cell, cell_size)`` / ``RNN(cell, cell_size=n)`` is
+    accepted for a cell built without ``features``: the size becomes the cell's
+    ``features``. It is not a field (Flax 0.12.8's RNN has none).
 
     ``__call__(inputs, *, initial_carry=None, init_key=None, seq_lengths=None,
     return_carry=None, time_major=None, reverse=None, keep_order=None)``: the keyword
@@ -122,8 +124,6 @@ class RNN(Module):
     variable_broadcast: Any = "params"
     variable_carry: Any = False
     split_rngs: Mapping[Any, bool] = FrozenDict({"params": False})
-    # keyword-only: an addition of the documented form, kept out of Flax's positional order
-    cell_size: Any = dataclasses.field(default=None, kw_only=True)
 
     @compact
     def __call__(
@@ -138,9 +138,8 @@ class RNN(Module):
         reverse: bool | None = None,
         keep_order: bool | None = None,
     ) -> Any:
-        attr_time_major, cell_size = self._layout()
         return_carry = self.return_carry if return_carry is None else return_carry
-        time_major = attr_time_major if time_major is None else time_major
+        time_major = self.time_major if time_major is None else time_major
         reverse = self.reverse if reverse is None else reverse
         keep_order = self.keep_order if keep_order is None else keep_order
 
@@ -172,10 +171,7 @@ class RNN(Module):
             if init_key is None:
                 init_key = random.PRNGKey(0)
             input_shape = inputs.shape[:time_axis] + inputs.shape[time_axis + 1:]
-            if cell_size is not None and getattr(self.cell, "features", 0) is None:
-                initial_carry = type(self.cell).initialize_carry(init_key, batch_dims, cell_size)
-            else:
-                initial_carry = self.cell.initialize_carry(init_key, input_shape)
+            initial_carry = self.cell.initialize_carry(init_key, input_shape)
 
         # Per-step carries are only needed to pick each sequence's carry at its length.
         slice_carry = seq_lengths is not None and return_carry
@@ -205,12 +201,42 @@ class RNN(Module):
             return carry, outputs
         return outputs
 
-    def _layout(self) -> tuple[bool, Any]:
-        """(time_major, cell_size), reading the documented ``RNN(cell, cell_size)`` form."""
-        tm = self.time_major
-        if isinstance(tm, tuple | list) or (isinstance(tm, int) and not isinstance(tm, bool)):
-            return False, tm if self.cell_size is None else self.cell_size
-        return bool(tm), self.cell_size
+
+
+def _is_size(value: Any) -> bool:
+    return isinstance(value, tuple | list) or (
+        isinstance(value, int) and not isinstance(value, bool))
+
+
+def _size_the_cell(cell: Any, size: Any) -> None:
+    """Gives a cell built without ``features`` the documented form's ``cell_size``.
+
+    Written into the cell itself (not kept on the RNN): a field survives every clone
+    Linen makes of the cell, and the RNN keeps exactly Flax's fields.
+    """
+    if getattr(cell, "features", 0) is not None:
+        return  # the cell's own size decides, as the current API does
+    if isinstance(size, tuple | list):
+        size = size[-1]
+    cell.__dict__["features"] = size
+
+
+_rnn_fields_init = RNN.__init__
+
+
+@functools.wraps(_rnn_fields_init)
+def _rnn_init(self: RNN, *args: Any, cell_size: Any = None, **kwargs: Any) -> None:
+    cell = args[0] if args else kwargs.get("cell")
+    if len(args) > 1 and _is_size(args[1]) and getattr(cell, "features", 0) is None:
+        # RNN(cell, cell_size): the older positional form, where time_major now sits.
+        # Only for a cell without features, which the current form cannot run.
+        cell_size, args = args[1], (args[0], *args[2:])
+    if cell_size is not None:
+        _size_the_cell(cell, cell_size)
+    _rnn_fields_init(self, *args, **kwargs)
+
+
+RNN.__init__ = _rnn_init  # type: ignore[method-assign]
 
 
 class Bidirectional(Module):

@@ -344,6 +344,13 @@ class SelfAttention(MultiHeadDotProductAttention):
         dropout_rng: PRNGKey | None = None,
         sow_weights: bool = False,
     ) -> Array:
+        # Every call warns, as in Flax.
+        warnings.warn(
+            "SelfAttention will be deprecated soon: call MultiHeadDotProductAttention with "
+            "the queries alone (`MultiHeadDotProductAttention(...)(inputs_q)`), which attends "
+            "the same way.",
+            DeprecationWarning,
+        )
         return super().__call__(inputs_q, mask=mask, deterministic=deterministic,
                                 dropout_rng=dropout_rng, sow_weights=sow_weights)
 

@@ -52,12 +52,16 @@ from flaxen.linen.spmd import (
     with_logical_constraint,
 )
 
+# t5x/maxtext spell the scan axis markers ``nn_partitioning.ScanIn(axis)``.
+from flaxen.typing import In as ScanIn
+from flaxen.typing import Out as ScanOut
+
 __all__ = [
     "AxisMetadata", "PartitionedVariable", "RulesFallback", "axis_rules", "get_axis_names",
     "get_axis_rules", "logical_to_mesh", "logical_to_mesh_axes", "param_with_axes", "remat",
     "scan_with_axes", "set_axis_rules", "variable_with_axes", "vmap_with_axes",
     "with_sharding_constraint", "LogicalPartitionSpec", "LogicalPartitionSpecPytree",
-    "LogicalRules", "core_remat_static",
+    "LogicalRules", "core_remat_static", "ScanIn", "ScanOut",
 ]
 
 # The rule helpers under their legacy names.

@@ -164,17 +164,9 @@ class RulesFallback(enum.Enum):
     NO_CONSTRAINT = "no_constraint"
 
 
-def _context_mesh() -> Mesh | jax.sharding.AbstractMesh | None:
-    abstract = jax.sharding.get_abstract_mesh()
-    if abstract is not None and not abstract.empty:
-        return abstract
-    try:  # the legacy `with mesh:` context
-        from jax._src.mesh import thread_resources
-
-        physical = thread_resources.env.physical_mesh
-        return None if physical.empty else physical
-    except Exception:  # pragma: no cover - jax internals moved
-        return None
+def _context_mesh() -> jax.sharding.AbstractMesh | None:
+    # The legacy `with mesh:` context is not consulted, as in Flax 0.12.8.
+    return meta.get_global_mesh()
 
 
 def _with_sharding_constraint(x: Any, axis_resources: PartitionSpec | None,
@@ -262,8 +254,10 @@ def with_logical_constraint(
 class LogicallyPartitioned(meta.Partitioned):
     """A :class:`Partitioned` box whose names are logical and resolved through ``rules``.
 
-    ``get_partition_spec`` returns the logical names; ``get_sharding(mesh)`` and ``unbox``
-    resolve them with ``rules`` (or the rules in force when ``rules`` is None).
+    ``unbox`` resolves the names with ``rules`` (or the rules in force when ``rules`` is
+    None). ``get_partition_spec`` and ``get_sharding(mesh)`` are the base class's: as in
+    Flax they use the logical names as they are (translate them with
+    :func:`logical_to_mesh_sharding`).
     """
 
     rules: LogicalRules | None = struct.field(default=None, pytree_node=False)
@@ -274,9 +268,6 @@ class LogicallyPartitioned(meta.Partitioned):
                 self.value, self.get_partition_spec(), rules=self.rules, mesh=self.mesh
             )
         return self.value
-
-    def get_sharding(self, mesh: Mesh) -> Any:
-        return logical_to_mesh_sharding(self.get_partition_spec(), mesh, self.rules)
 
 
 def with_logical_partitioning(

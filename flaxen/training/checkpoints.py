@@ -276,6 +276,12 @@ def _save(
             remove_stale(ckpt_path, ckpt_dir, prefix, keep, overwrite, keep_every_n_steps)
         return shown
 
+    warnings.warn(
+        "Flax Checkpointing will soon be deprecated in favor of Orbax: this writes the "
+        "legacy msgpack format. Save through Orbax instead (pass orbax_checkpointer=..., or "
+        "keep config.flax_use_orbax_checkpointing on), see Flax's Orbax upgrade guide.",
+        DeprecationWarning,
+    )
     if not overwrite:
         check_overwrite(ckpt_dir, prefix, ckpt_path, step)
     if _has_multiprocess_array(target):

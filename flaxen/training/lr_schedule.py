@@ -14,33 +14,36 @@ steps_per_epoch``).
 
 from __future__ import annotations
 
+import logging as _logging
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax.numpy as jnp
-import numpy as np  # noqa: F401 - importable from here in Flax
+import numpy as np
 
 Schedule = Callable[[int], float]
 
+_logger = _logging.getLogger("flaxen.training.lr_schedule")
 
-def _check_common(base_learning_rate: float, steps_per_epoch: int, warmup_length: float) -> None:
-    if steps_per_epoch <= 0:
-        raise ValueError(
-            f"steps_per_epoch must be a positive number of steps, got {steps_per_epoch!r}. "
-            "Pass the number of optimizer steps in one pass over the training set."
-        )
-    if warmup_length < 0:
-        raise ValueError(
-            f"warmup_length must be >= 0 epochs, got {warmup_length!r}. Use 0 for no warm-up."
-        )
+# Flax checks none of the arguments (a zero steps_per_epoch gives inf/nan rates, unsorted
+# steps are counted as given), so neither does this module: code that runs there runs here.
+
+
+def _note_legacy() -> None:
+    # Flax logs (rather than warns) this on every schedule it builds.
+    _logger.warning(
+        "flax.training's learning-rate schedules are kept for old code; new code should "
+        "use an Optax schedule instead (see "
+        "https://optax.readthedocs.io/en/latest/api.html#optimizer-schedules)."
+    )
 
 
 def _warmup(lr, step, steps_per_epoch: int, warmup_length: float):
-    if warmup_length <= 0:
+    if not warmup_length > 0.0:  # Flax's test: a NaN length means no warm-up
         return lr
     # The factor saturates at 1 once `warmup_length` epochs have passed.
-    return lr * jnp.minimum(1.0, step / warmup_length / steps_per_epoch)
+    return lr * jnp.minimum(1.0, step / float(warmup_length) / steps_per_epoch)
 
 
 def create_constant_learning_rate_schedule(
@@ -52,7 +55,7 @@ def create_constant_learning_rate_schedule(
     >>> [round(float(f(s)), 4) for s in (0, 10, 20, 50)]
     [0.0, 0.05, 0.1, 0.1]
     """
-    _check_common(base_learning_rate, steps_per_epoch, warmup_length)
+    _note_legacy()
 
     def learning_rate_fn(step):
         return _warmup(base_learning_rate, step, steps_per_epoch, warmup_length)
@@ -70,32 +73,23 @@ def create_stepped_learning_rate_schedule(
 
     Once training is past ``epoch`` the rate is ``base_learning_rate * factor`` (factors are
     absolute, not cumulative), e.g. ``[[30, 0.1], [60, 0.01], [80, 0.001]]`` for ImageNet.
+    A boundary is the step ``round(epoch * steps_per_epoch)``.
 
     >>> f = create_stepped_learning_rate_schedule(1.0, 1, [[30, 0.1], [60, 0.01]])
     >>> [round(float(f(s)), 4) for s in (10, 31, 61)]
     [1.0, 0.1, 0.01]
     """
-    _check_common(base_learning_rate, steps_per_epoch, warmup_length)
-    boundaries, factors = [], []
-    for i, pair in enumerate(lr_sched_steps):
-        if len(pair) != 2:
-            raise ValueError(
-                f"lr_sched_steps[{i}] must be an [epoch, lr_factor] pair, got {pair!r}. "
-                "Example: [[30, 0.1], [60, 0.01]]."
-            )
-        boundaries.append(float(pair[0]))
-        factors.append(float(pair[1]))
-    if boundaries != sorted(boundaries):
-        raise ValueError(
-            f"lr_sched_steps epochs must be increasing, got {boundaries}. Sort the pairs by epoch."
-        )
-    epochs = jnp.asarray(boundaries, jnp.float32)
-    rates = base_learning_rate * jnp.asarray([1.0, *factors], jnp.float32)
+    _note_legacy()
+    epochs = [pair[0] for pair in lr_sched_steps]
+    factors = [pair[1] for pair in lr_sched_steps]
+    # Boundaries are whole steps; the rates are products in float64, rounded to the
+    # default float dtype only when indexed (the values Flax returns, to the bit).
+    boundaries = np.round(np.array(epochs) * steps_per_epoch).astype(int)
+    rates = np.array([1.0, *factors]) * base_learning_rate
 
     def learning_rate_fn(step):
-        epoch = step / steps_per_epoch
-        # A boundary applies once the epoch is strictly past it.
-        lr = rates[jnp.sum(epochs < epoch)]
+        # The number of boundaries already passed picks the rate; the pairs are not sorted.
+        lr = jnp.take(rates, jnp.sum(boundaries < step))
         return _warmup(lr, step, steps_per_epoch, warmup_length)
 
     return learning_rate_fn
@@ -115,12 +109,7 @@ def create_cosine_learning_rate_schedule(
     >>> [round(float(f(s)), 4) for s in (0, 10, 20)]
     [1.0, 0.5, 0.0]
     """
-    _check_common(base_learning_rate, steps_per_epoch, warmup_length)
-    if halfcos_epochs <= 0:
-        raise ValueError(
-            f"halfcos_epochs must be > 0, got {halfcos_epochs!r}. Pass the number of epochs "
-            "over which the rate decays to 0 (usually the training length)."
-        )
+    _note_legacy()
     half_wave_steps = halfcos_epochs * steps_per_epoch
 
     def learning_rate_fn(step):

@@ -224,3 +224,15 @@ def test_partitioned_param_with_mesh_can_be_read_back():
     _, v = init(body)(K, jnp.ones(2))
     assert v["params"]["b"].mesh is mesh
     np.testing.assert_array_equal(apply(body)(v, jnp.full(2, 3.0)), jnp.full(2, 3.0))
+
+
+def test_only_the_set_mesh_counts_as_the_global_mesh():
+    mesh = _mesh()
+    box = Partitioned(jnp.ones((8, 2)), ("data", None))
+    with pytest.warns(DeprecationWarning, match="with mesh"), mesh:
+        assert meta.get_global_mesh() is None and not meta.global_mesh_defined()
+        assert jax.jit(lambda b: b.unbox() + 0)(box).sharding.is_fully_replicated
+    with jax.set_mesh(mesh):
+        assert meta.global_mesh_defined()
+        out = jax.jit(lambda b: b.unbox() + 0)(box)
+        assert out.sharding.is_equivalent_to(NamedSharding(mesh, P("data", None)), 2)

@@ -15,7 +15,7 @@ def _params(cls):
     return list(inspect.signature(cls.__init__).parameters)
 
 
-def test_kw_only_field_goes_last_and_stays_keyword_only():
+def test_kw_only_field_goes_last_and_is_refused_by_position():
     @kwd.dataclass
     class A:
         a: int = 1
@@ -23,12 +23,17 @@ def test_kw_only_field_goes_last_and_stays_keyword_only():
         c: int = 3
 
     assert _params(A) == ["self", "a", "c", "b"]
-    assert dataclasses.asdict(A(10, 30)) == {"a": 10, "b": 2, "c": 30}
-    with pytest.raises(TypeError):
+    assert [f.name for f in dataclasses.fields(A)] == ["a", "c", "b"]
+    assert A.__match_args__ == ("a", "c", "b")
+    assert repr(A(10, 30)).endswith("A(a=10, c=30, b=2)")
+    # Listed as positional-or-keyword (Flax's signature), but only a and c take positions.
+    assert inspect.signature(A).parameters["b"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    with pytest.raises(TypeError, match="takes 3 positional arguments but 4 were given"):
         A(1, 2, 3)
+    assert A(1, 2, b=5).b == 5
 
 
-def test_redeclared_inherited_kw_only_field_stays_keyword_only():
+def test_inherited_kw_only_field_moves_after_the_subclass_fields():
     @kwd.dataclass
     class Base:
         x: int = kwd.field(default=1, kw_only=True)
@@ -39,15 +44,19 @@ def test_redeclared_inherited_kw_only_field_stays_keyword_only():
         x: int = 2
 
     assert _params(Child) == ["self", "size", "x"]
-    sig = inspect.signature(Child.__init__).parameters
-    assert sig["x"].kind is inspect.Parameter.KEYWORD_ONLY and sig["x"].default == 2
-    assert dataclasses.asdict(Child(4.0)) == {"x": 2, "size": 4.0}
+    assert repr(Child(4.0)).endswith("Child(size=4.0, x=2)")
+    # The redeclaration carries no keyword-only mark, so it takes a position again (Flax's
+    # rule: only marked fields are refused by position).
+    assert Child(4.0, 3).x == 3
 
     @kwd.dataclass
     class Grandchild(Child):
         name: str
 
     assert _params(Grandchild) == ["self", "size", "name", "x"]
+    # the bases are left as they were
+    assert [f.name for f in dataclasses.fields(Base)] == ["x"]
+    assert [f.name for f in dataclasses.fields(Child)] == ["size", "x"]
 
 
 def test_kw_only_marker_and_decorator_arguments():
@@ -57,9 +66,21 @@ def test_kw_only_marker_and_decorator_arguments():
         _: kwd.KW_ONLY
         a: int = 5
 
-    assert _params(A) == ["self", "x", "a"]
+    assert _params(A) == ["self", "x", "a"] and "_" not in A.__annotations__
     with pytest.raises(dataclasses.FrozenInstanceError):
         A(1.0).x = 2.0
+    with pytest.raises(TypeError):
+        A(1.0, 2)
+
+
+def test_kw_only_fields_need_a_default():
+    with pytest.raises(ValueError, match="no default"):
+        kwd.field(kw_only=True)
+    with pytest.raises(ValueError, match="no default"):
+        @kwd.dataclass
+        class B:
+            _: kwd.KW_ONLY
+            a: int
 
 
 def test_batch_apply_merges_and_restores_leading_axes():
@@ -88,7 +109,7 @@ def test_batch_apply_without_array_input_raises():
 def test_kw_only_is_flaxs_marker_object():
     assert repr(kwd.KW_ONLY) == "KW_ONLY" and kwd.KW_ONLY is not dataclasses.KW_ONLY
     f = kwd.field(default=1, kw_only=True)
-    assert f.metadata[kwd.KW_ONLY] is True and f.kw_only is True
+    assert f.metadata[kwd.KW_ONLY] is True  # the mark is the metadata, as in Flax
     assert kwd.KW_ONLY not in kwd.field(default=1).metadata
 
     ns: dict = {}

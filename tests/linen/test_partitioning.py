@@ -161,3 +161,10 @@ def test_pytree_axes_must_follow_the_value():
 
     with pytest.raises(ValueError, match=r"params/w.*\['c'\].*same structure"):
         M().init(KEY, 1.0)
+
+
+def test_scan_axis_markers_are_the_lift_in_out_classes():
+    from flaxen.core import lift
+
+    assert P.ScanIn is lift.In and P.ScanOut is lift.Out
+    assert P.ScanIn(0).axis == 0

@@ -258,3 +258,41 @@ def test_cell_without_features_takes_the_carry_size():
     cell = nn.GRUCell()  # the documented older API: the size comes from the carry
     v = cell.init(jax.random.PRNGKey(0), jnp.zeros((2, 3)), jnp.ones((2, 2)))
     assert v["params"]["hr"]["kernel"].shape == (3, 3)
+
+
+@pytest.mark.parametrize("cell, keys", [
+    (nn.LSTMCell(2), ["ii", "hi", "if", "hf", "ig", "hg", "io", "ho"]),
+    (nn.OptimizedLSTMCell(2), ["ii", "hi", "if", "hf", "ig", "hg", "io", "ho"]),
+    (nn.GRUCell(2), ["ir", "hr", "iz", "hz", "in", "hn"]),
+    (nn.MGUCell(2), ["if", "hf", "hn", "in"]),
+    (nn.MGUCell(2, reset_gate=False), ["if", "hf", "hn", "in"]),
+    (nn.SimpleCell(2), ["i", "h"]),
+])
+def test_cell_params_are_created_in_the_documented_order(cell, keys):
+    """The params dict's key order is part of the contract (msgpack bytes, tabulate)."""
+    x = jnp.ones((1, 2))
+    key = jax.random.PRNGKey(0)
+    carry = cell.initialize_carry(key, x.shape)
+    assert list(cell.init(key, carry, x)["params"]) == keys
+
+
+def test_documented_cell_size_sizes_a_featureless_cell_and_survives_clones():
+    rnn = nn.RNN(nn.GRUCell(), cell_size=5)
+    assert rnn.cell.features == 5 and rnn.clone().cell.features == 5
+    # A truthy int in time_major's slot means time_major when the cell has its size.
+    sized = nn.RNN(nn.GRUCell(2), 1)
+    assert sized.time_major == 1
+    x = jnp.ones((4, 3, 2))
+    assert sized.apply(sized.init(jax.random.PRNGKey(0), x), x).shape == (4, 3, 2)
+
+
+def test_documented_cell_size_inside_a_compact_parent():
+    class Outer(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.RNN(nn.LSTMCell(), cell_size=4)(x)
+
+    x = jnp.ones((2, 3, 5))
+    y, variables = Outer().init_with_output(jax.random.PRNGKey(0), x)
+    assert y.shape == (2, 3, 4)
+    assert variables["params"]["LSTMCell_0"]["hi"]["kernel"].shape == (4, 4)

@@ -152,7 +152,11 @@ def test_logically_partitioned_box(mesh):
     box = init(jax.random.key(0), (4, 8))
     assert isinstance(box, spmd.LogicallyPartitioned)
     assert box.get_partition_spec() == P("embed", "mlp")
-    assert box.get_sharding(mesh) == NamedSharding(mesh, P("model", None))
+    # get_sharding takes the names as mesh axes (Flax's); logical_to_mesh_sharding translates
+    with pytest.raises(ValueError, match="embed"):
+        box.get_sharding(mesh)
+    assert spmd.logical_to_mesh_sharding(box.get_partition_spec(), mesh, RULES) == (
+        NamedSharding(mesh, P("model", None)))
     # boxes pass through tree_map with their metadata
     doubled = jax.tree_util.tree_map(lambda v: v * 2, box)
     assert isinstance(doubled, spmd.LogicallyPartitioned) and doubled.rules == RULES
@@ -185,3 +189,20 @@ def test_with_logical_constraint_accepts_unconstrained_names():
                                             mesh=mesh)
 
     np.testing.assert_array_equal(f(x), x)
+
+
+def test_legacy_with_mesh_block_applies_no_constraint(mesh):
+    """As in Flax 0.12.8, only jax.set_mesh's mesh counts, not a legacy `with mesh:`."""
+    x = jnp.ones((4, 8))
+
+    def both(v):
+        return (spmd.with_logical_constraint(v, ("batch", None)) + 0,
+                spmd.LogicallyPartitioned(v, ("batch", None)).unbox() + 0)
+
+    with spmd.logical_axis_rules(RULES):
+        with pytest.warns(DeprecationWarning, match="with mesh"), mesh:
+            for out in jax.jit(both)(x):
+                assert out.sharding.is_fully_replicated
+        with jax.set_mesh(mesh):
+            for out in jax.jit(both)(x):
+                assert out.sharding.is_equivalent_to(NamedSharding(mesh, P("data", None)), 2)

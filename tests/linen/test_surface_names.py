@@ -53,9 +53,12 @@ def test_rnn_base_is_a_protocol_rnn_satisfies():
         recurrent.RNNBase()
 
 
-def test_rnn_cell_size_is_keyword_only_and_positional_order_is_flaxs():
+def test_rnn_cell_size_is_accepted_but_not_a_field():
     positional = [f.name for f in dataclasses.fields(nn.RNN) if not f.kw_only]
-    assert "cell_size" not in positional and positional[-2:] == ["parent", "name"]
+    assert "cell_size" not in [f.name for f in dataclasses.fields(nn.RNN)]
+    assert positional[-2:] == ["parent", "name"]
+    assert "cell_size" not in repr(nn.RNN(nn.SimpleCell(3)))
+    assert "cell_size" not in inspect.signature(nn.RNN).parameters
     layer = nn.RNN(nn.SimpleCell(3), cell_size=None)
     x = jnp.ones((2, 4, 2))
     assert layer.apply(layer.init(jax.random.key(0), x), x).shape == (2, 4, 3)
@@ -179,7 +182,7 @@ def test_kw_only_dataclasses_extra_fields_and_field_kwargs():
     p = Point(1, tag="u")
     assert (p.x, p.tag) == (1, "u")
     with pytest.raises(TypeError):
-        Point(1, "u")  # keyword-only
+        Point(1, "u")  # marked keyword-only: refused by position
     with pytest.raises(ValueError, match="extra_fields"):
         kw_only_dataclasses.dataclass(extra_fields=[("bad", int, 3)])(type("X", (), {}))
     f = kw_only_dataclasses.field(default=2, repr=False, metadata={"a": 1})

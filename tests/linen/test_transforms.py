@@ -503,3 +503,81 @@ def test_value_and_grad_has_aux_nests_value_and_aux():
 
     out, _ = Foo().init_with_output(jax.random.PRNGKey(0), jnp.ones((1, 3)))
     assert out == ((), (1, 2), (1, 3), (1, 3), (1, 2))
+
+
+@pytest.mark.parametrize("transform", ["scan", "vmap"])
+def test_params_initialised_mapped_can_be_applied_as_input_only_axes(transform):
+    """maxtext applies a scanned stack with ``variable_axes={'params': ScanIn(0)}``: the
+    params go in mapped and nothing of theirs comes out."""
+    from flaxen.core.lift import In
+
+    class Body(nn.Module):
+        @nn.compact
+        def __call__(self, x, *rest):
+            y = nn.Dense(3)(x)
+            return (y, None) if rest else y
+
+    def build(axis):
+        if transform == "scan":
+            return nn.scan(Body, variable_axes={"params": axis}, split_rngs={"params": True},
+                           length=2)()
+        return nn.vmap(Body, variable_axes={"params": axis}, split_rngs={"params": True})()
+
+    args = (jnp.ones((1, 3)), None) if transform == "scan" else (jnp.ones((2, 1, 3)),)
+    variables = build(0).init(KEY, *args)
+    out = build(In(0)).apply(variables, *args)
+    expected = build(0).apply(variables, *args)
+    np.testing.assert_array_equal(out[0] if transform == "scan" else out,
+                                  expected[0] if transform == "scan" else expected)
+
+
+@pytest.mark.parametrize("transform", ["vmap", "scan", "custom_vjp"])
+def test_keywords_to_a_vmapped_scanned_or_custom_vjp_call_are_dropped_with_a_warning(transform):
+    class Body(nn.Module):
+        @nn.compact
+        def __call__(self, x, ys=None, scale=1.0):
+            y = nn.Dense(2)(x) * scale
+            return (y, ys) if transform == "scan" else y
+
+    class Outer(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            if transform == "vmap":
+                layer = nn.vmap(Body, variable_axes={"params": 0},
+                                split_rngs={"params": True})()
+                return layer(x, scale=5.0)
+            if transform == "scan":
+                layer = nn.scan(Body, variable_axes={"params": 0},
+                                split_rngs={"params": True}, length=2)()
+                return layer(x, None, scale=5.0)[0]
+            fn = nn.custom_vjp(lambda m, x, scale=1.0: m(x) * scale,
+                               lambda m, x, scale=1.0: (m(x) * scale, None),
+                               lambda res, g: ({"params": {}}, g))
+            return fn(nn.Dense(2), x, scale=5.0)
+
+    x = jnp.ones((2, 1, 2)) if transform == "vmap" else jnp.ones((1, 2))
+    with pytest.warns(RuntimeWarning, match=f"kwargs are not supported in {transform}"):
+        y, variables = Outer().init_with_output(KEY, x)
+    # The keyword never reached the body: the output is the one of the default scale.
+    with pytest.warns(RuntimeWarning, match='"scale" is'):
+        again = Outer().apply(variables, x)
+    np.testing.assert_array_equal(again, y)
+    if transform == "custom_vjp":
+        dense = variables["params"]["Dense_0"]
+        np.testing.assert_allclose(y, x @ dense["kernel"] + dense["bias"], rtol=1e-6)
+
+
+def test_map_variables_hands_back_variables_in_sorted_key_order():
+    """Variables entering a lifted transform are copied with sorted keys (Flax copies them
+    with a pytree map); map_variables hands that order back."""
+
+    class Body(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.BatchNorm(use_running_average=False)(nn.Dense(3)(x))
+
+    mapped = nn.map_variables(Body, ["params", "batch_stats"], init=True, mutable=True)()
+    variables = mapped.init(KEY, jnp.ones((2, 4)))
+    assert list(variables) == ["batch_stats", "params"]
+    assert list(variables["params"]) == ["BatchNorm_0", "Dense_0"]
+    assert list(variables["params"]["Dense_0"]) == ["bias", "kernel"]

@@ -223,3 +223,33 @@ def test_two_compact_methods_same_tree_as_flax():
     assert sorted(ours) == sorted(theirs) == ["Dense_0", "Dense_1"]
     for a, b in zip(jax.tree.leaves(dict(ours)), jax.tree.leaves(dict(theirs))):
         np.testing.assert_array_equal(a, b)
+
+
+def test_generated_init_introspection_matches_flax():
+    import dataclasses
+    import inspect
+
+    def describe(nn):
+        class Plain(nn.Module):
+            features: int
+            use_bias: bool = True
+
+        class KeywordOnly(nn.Module, kw_only=True):
+            size: int = 1
+
+        out = []
+        for cls in (Plain, KeywordOnly, nn.Dense, nn.LayerNorm):
+            sig = inspect.signature(cls)
+            out.append((
+                cls.__match_args__,
+                list(cls.__init__.__annotations__),
+                cls.__init__.__annotations__["return"],
+                [(p.name, p.kind) for p in sig.parameters.values()],
+                sig.return_annotation,
+                [isinstance(f.type, str) for f in dataclasses.fields(cls)],
+                list(cls.__annotations__)[-2:],
+            ))
+        out.append(tuple(nn.Dense.__init__.__annotations__[k] for k in ("features", "use_bias")))
+        return out
+
+    assert describe(flaxen_nn) == describe(flax_nn)

@@ -48,6 +48,8 @@ def test_cells_match_flax(name, kw):
     ours = ours_cell.init(jax.random.PRNGKey(0), carry, x)
     theirs = theirs_cell.init(jax.random.PRNGKey(0), carry, x)
     _same_tree(ours, theirs)
+    # tree structures compare sorted keys; the creation order is compared here
+    assert list(ours["params"]) == list(theirs["params"])
     assert ours_cell.num_feature_axes == theirs_cell.num_feature_axes == 1
     out_ours = jax.jit(ours_cell.apply)(theirs, carry, x)
     out_theirs = jax.jit(theirs_cell.apply)(theirs, carry, x)

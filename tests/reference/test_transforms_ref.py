@@ -606,3 +606,82 @@ def test_scan_setup_style_residual_blocks_in_setup():
 
     fv, xv = _compare(build, (X,))
     assert xv["params"]["blocks"]["up"]["kernel"].shape == (3, 3, 6)
+
+
+@pytest.mark.parametrize("marker", ["In", "Out"])
+def test_scan_with_in_out_axis_markers(marker):
+    """Initialised with a plain axis, then run with ``In``/``Out`` (t5x's ScanIn/ScanOut)."""
+    import flax.core.lift as flift
+
+    import flaxen.core.lift as xlift
+
+    def run(nn, lift):
+        class Body(nn.Module):
+            @nn.compact
+            def __call__(self, x, _):
+                y = nn.Dense(3)(x)
+                self.sow("intermediates", "y", y)
+                return y, None
+
+        def build(axis):
+            return nn.scan(Body, variable_axes={"params": axis, "intermediates": 0},
+                           split_rngs={"params": True}, length=3)()
+
+        variables = build(0).init(KEY, X, None)
+        try:
+            return build(getattr(lift, marker)(0)).apply(
+                {"params": variables["params"]}, X, None, mutable=["intermediates"])
+        except Exception as e:  # noqa: BLE001 - the error class is compared
+            return type(e).__name__
+
+    got, want = run(xnn, xlift), run(fnn, flift)
+    if isinstance(want, str):
+        assert got == want
+    else:
+        _bits_equal(got, want)
+
+
+@pytest.mark.parametrize("transform", ["vmap", "scan"])
+def test_keyword_arguments_of_mapped_modules_are_dropped_with_flaxs_warning(transform):
+    def build(nn):
+        class Body(nn.Module):
+            @nn.compact
+            def __call__(self, c, x=None, scale=1.0):
+                y = nn.Dense(3)(c) * scale
+                return (y, x) if transform == "scan" else y
+
+        if transform == "scan":
+            return nn.scan(Body, variable_axes={"params": 0}, split_rngs={"params": True},
+                           length=2)()
+        return nn.vmap(Body, variable_axes={"params": 0}, split_rngs={"params": True})()
+
+    def run(nn):
+        args = (X, None) if transform == "scan" else (X[:, None],)
+        with pytest.warns(RuntimeWarning) as record:
+            out = build(nn).init_with_output(KEY, *args, scale=7.0)
+        return out, [str(w.message).split(":")[0] for w in record]
+
+    (fout, fmsgs), (xout, xmsgs) = run(fnn), run(xnn)
+    _bits_equal(xout, fout)
+    assert xmsgs == fmsgs
+
+
+@pytest.mark.parametrize("mutable", [False, True])
+def test_map_variables_key_order_matches_flax(mutable):
+    def order(nn):
+        class Body(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                return nn.BatchNorm(use_running_average=False)(nn.Dense(3)(x))
+
+        cols = ["params", "batch_stats"] if mutable else "params"
+        mapped = nn.map_variables(Body, cols, init=True, mutable=mutable)()
+        variables = mapped.init(KEY, X)
+        _, state = mapped.apply(variables, X, mutable=True)
+
+        def keys(tree):
+            return [(k, keys(v)) if hasattr(v, "items") else k for k, v in tree.items()]
+
+        return keys(variables), keys(state)
+
+    assert order(xnn) == order(fnn)
