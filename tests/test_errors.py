@@ -54,6 +54,8 @@ CASES = {
     "NNXTransformError": ("jit/args/1", "a list is not hashable", "pass a tuple"),
     "NNXArgumentError": ("vmap/in_axes", "in_axes has 3 entries for 2 args", "give one per arg"),
     "RngStreamNotFoundError": ("rngs/dropout", "no 'dropout' stream", "add it to Rngs"),
+    "NNXRulesMissingError": ("", "No VJP defined for custom_vjp function f using defvjp.",
+                             "call f.defvjp(fwd, bwd) first"),
     "SowTypeError": ("model/intermediates", "the slot holds an int", "choose another name"),
     "SetAttributesNotFoundError": ("model", "no attribute 'deterministic'", "check the name"),
     "NNXInteropError": ("", "LinenWrapper: call init() first, it records the graph."),
