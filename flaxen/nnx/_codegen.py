@@ -181,15 +181,7 @@ def make_states_fn(defs: tuple, variables: bool = False, snapshot: type | None =
                       f"_set_meta(a{i}, _dict(v{i}._var_metadata)); "
                       f"_set_trace(a{i}, tr); _set_raw(a{i}, v{i}.raw_value)")
 
-    def emit(node: dict) -> str:
-        items = []
-        for k, sub in node.items():
-            items.append(f"{src.const(k)}: " + (f"a{sub}" if type(sub) is int else emit(sub)))
-        name = src.fresh("s")
-        ln.append(f"{name} = _new(_S); _osa({name}, '_mapping', {{{', '.join(items)}}})")
-        return name
-
-    root = emit(trie or {})
+    root = _emit_nest(src, trie or {})
     if variables:  # the leaves in this definition's order, for a merge of this same State
         ln.append(f"_remember({root}, {src.const(defs)}, _tuple(vs))")
     ln.append(f"return {root}")
@@ -210,21 +202,27 @@ def make_nest_fn(paths: tp.Sequence[tuple]) -> tp.Callable[[tp.Sequence], State]
     if paths:
         ln.append(", ".join(f"a{i}" for i in range(len(paths))) + ", = vs")
 
-    def emit(node: dict) -> str:
-        items = [f"{src.const(k)}: " + (f"a{sub}" if type(sub) is int else emit(sub))
-                 for k, sub in node.items()]
-        name = src.fresh("s")
-        ln.append(f"{name} = _new(_S); _osa({name}, '_mapping', {{{', '.join(items)}}})")
-        return name
-
-    ln.append(f"return {emit(trie)}")
+    ln.append(f"return {_emit_nest(src, trie)}")
     return src.compile("nest_leaves", "vs", _COMMON_ENV)
+
+
+def _emit_nest(src: _Source, trie: dict) -> str:
+    """Lines building one State over ``trie`` from the leaves ``a0``, ``a1``...: the levels
+    below the top are plain dict literals (a State stores its nested levels as dicts)."""
+    def literal(node: dict) -> str:
+        return "{" + ", ".join(f"{src.const(k)}: " + (f"a{sub}" if type(sub) is int
+                                                      else literal(sub))
+                               for k, sub in node.items()) + "}"
+
+    name = src.fresh("s")
+    src.lines.append(f"{name} = _new(_S); _osa({name}, '_mapping', {literal(trie)})")
+    return name
 
 
 def make_lookup_fn(paths: tp.Sequence[tuple]) -> tp.Callable[[tp.Any], tp.Any] | None:
     """``fn(state) -> [leaf, ...]`` reading ``paths`` (in that order) out of one State that
     holds exactly those paths and nothing else, or :data:`MISS` for any other argument (a
-    missing or extra key, a plain dict, a non-State in the way), or None when the paths do
+    missing or extra key, a plain dict, a non-dict level in the way), or None when the paths do
     not form a tree of names."""
     if len(paths) > _MAX_OBJECTS:
         return None
@@ -255,18 +253,18 @@ def _emit_lookup(src: _Source, trie: dict, leaf_types: tp.Mapping[int, type], n:
                 ln.append(f"    l{sub} = {m}[{src.const(k)}]")
             else:
                 child = src.fresh("m")
-                ln.append(f"    n{child} = {m}[{src.const(k)}]; {child} = n{child}._mapping")
-                nested.append(f"n{child}")
+                ln.append(f"    {child} = {m}[{src.const(k)}]")
+                nested.append(child)
                 lookup(sub, child)
 
     lookup(trie, "m0")
-    ln.append("except (AttributeError, KeyError, TypeError):")
+    ln.append("except Exception:")
     ln.append("    return _MISS")
-    # one C-level pass: every sub-State (a Variable or other object with a ``_mapping``
+    # one C-level pass: every nested level (a Variable or other object that can be indexed
     # must not pass for one) and every typed leaf against a constant tuple
     names = nested + [f"l{i}" for i in sorted(leaf_types)]
     if names:
-        want = (State,) * len(nested) + tuple(leaf_types[i] for i in sorted(leaf_types))
+        want = (dict,) * len(nested) + tuple(leaf_types[i] for i in sorted(leaf_types))
         ln.append(f"if _tuple(_map(_type, ({', '.join(names)},))) != {src.const(want)}: "
                   "return _MISS")
     rest = [f"l{i}" for i in range(n) if i not in leaf_types]
@@ -315,13 +313,13 @@ def make_merge_fn(defs: tuple, variables: bool = False, snapshot: type | None = 
                 expected.append(snapshot or vp[sub][1].type)
             else:
                 child = src.fresh("m")
-                ln.append(f"    n{child} = {m}[{src.const(k)}]; {child} = n{child}._mapping")
-                checked.append(f"n{child}")
-                expected.append(State)
+                ln.append(f"    {child} = {m}[{src.const(k)}]")
+                checked.append(child)
+                expected.append(dict)
                 lookup(sub, child)
 
     lookup(trie, "m0")
-    ln.append("except (AttributeError, KeyError, TypeError):")
+    ln.append("except Exception:")
     ln.append("    return _MISS")
     if checked:
         ln.append(f"if _tuple(_map(_type, ({', '.join(checked)},))) != "

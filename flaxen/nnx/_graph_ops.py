@@ -262,11 +262,7 @@ def _nest(items: list) -> State:
                 nxt = node[k] = {}
             node = nxt
         node[path[-1]] = leaf
-    return _to_state(root)
-
-
-def _to_state(d: dict) -> State:
-    return State._from_raw({k: _to_state(v) if type(v) is dict else v for k, v in d.items()})
+    return State._from_raw(root)
 
 
 @traceback_util.api_boundary

@@ -235,12 +235,7 @@ def _collect(found: list[tuple[tuple, tuple]], vt: type) -> tp.Any:
             node = node.setdefault(k, {})
         for name, value in var.raw_value.items():
             node[name] = vt(value)
-    return _to_state(tree, State)
-
-
-def _to_state(d: dict, state_cls: type) -> tp.Any:
-    return state_cls({k: _to_state(v, state_cls) if type(v) is dict else v
-                      for k, v in d.items()})
+    return State(tree, _copy=False)
 
 
 # -- method_outputs ----------------------------------------------------------------------------

@@ -51,8 +51,10 @@ def _sort_keys(keys: tp.Iterable[Key]) -> list[Key]:
 class State(MutableMapping, _reprlib.Representable):
     """A nested mapping from attribute names to sub-States and Variables.
 
-    Nested mappings become States; with ``_copy=False`` a ``dict`` is taken as the State's
-    own storage, unconverted (changes to one show in the other), as in Flax.
+    As in Flax, only the top level is a State: the levels below are plain ``dict`` s in its
+    storage (a sub-State given to it is stored as its dict), so JAX flattens them natively,
+    and ``state[key]`` hands a nested level out as a State that shares that dict (changes to
+    one show in the other). With ``_copy=False`` a ``dict`` becomes the State's own storage.
 
     >>> from flaxen import nnx
     >>> raw = {'a': 1}
@@ -66,18 +68,13 @@ class State(MutableMapping, _reprlib.Representable):
 
     def __init__(self, mapping: Mapping[Key, tp.Any] | tp.Iterable[tuple[Key, tp.Any]] = (),
                  /, *, _copy: bool = True) -> None:
-        if isinstance(mapping, State):
-            mapping = mapping._mapping
         if not _copy and type(mapping) is dict:
             object.__setattr__(self, "_mapping", mapping)
             return
+        if isinstance(mapping, State):
+            mapping = mapping._mapping
         items = mapping.items() if isinstance(mapping, Mapping) else mapping
-        raw = {}
-        for k, v in items:
-            if isinstance(v, Mapping) and not isinstance(v, State):
-                v = State(v)
-            raw[k] = v
-        object.__setattr__(self, "_mapping", raw)
+        object.__setattr__(self, "_mapping", {k: _raw(v) for k, v in items})
 
     @classmethod
     def _from_raw(cls, raw: dict) -> State:
@@ -92,12 +89,13 @@ class State(MutableMapping, _reprlib.Representable):
 
     # -- mapping protocol ----------------------------------------------------------------
     def __getitem__(self, key: Key) -> tp.Any:
-        return self._mapping[key]
+        value = self._mapping[key]
+        if isinstance(value, dict):
+            return self._from_raw(value)
+        return value
 
     def __setitem__(self, key: Key, value: tp.Any) -> None:
-        if isinstance(value, Mapping) and not isinstance(value, State):
-            value = State(value)
-        self._mapping[key] = value
+        self._mapping[key] = _raw(value)
         _EDITS[0] += 1
 
     def __delitem__(self, key: Key) -> None:
@@ -128,7 +126,7 @@ class State(MutableMapping, _reprlib.Representable):
             object.__setattr__(self, "_pending", None)
             return mapping
         try:
-            return self._mapping[name]
+            return self[name]
         except KeyError:
             raise AttributeError(
                 f"State has no key {name!r}; its keys are {list(self._mapping)}."
@@ -174,8 +172,7 @@ class State(MutableMapping, _reprlib.Representable):
             for k in path[:-1]:
                 node = node.setdefault(k, {})
             node[path[-1]] = leaf
-        state = _to_state(root)
-        return state if cls is State else cls._from_raw(state._mapping)
+        return cls._from_raw(root)
 
     # -- filtering -------------------------------------------------------------------------
     def filter(self, first: filterlib.Filter, /, *filters: filterlib.Filter
@@ -255,8 +252,14 @@ def remembered_leaves(state: State, key: tp.Any) -> tp.Sequence[tp.Any] | None:
     return None
 
 
-def _to_state(d: dict) -> State:
-    return State._from_raw({k: _to_state(v) if type(v) is dict else v for k, v in d.items()})
+def _raw(value: tp.Any) -> tp.Any:
+    """What a State stores for ``value``: a sub-State's dict, a non-dict mapping as a dict
+    (its own nested mappings likewise), anything else as it is."""
+    if isinstance(value, State):
+        return value._mapping
+    if isinstance(value, Mapping) and not isinstance(value, dict):
+        return {k: _raw(v) for k, v in value.items()}
+    return value
 
 
 def _flat_mapping(state: Mapping) -> dict[Path, tp.Any]:

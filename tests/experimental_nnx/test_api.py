@@ -288,7 +288,12 @@ def test_state_filter_split_merge_flat_and_raw_mapping():
     assert again == s and isinstance(again.a, nnx.State)
     assert nnx.State.from_flat_path(list(flat.items())) == s
     raw = s.raw_mapping
-    assert isinstance(raw, dict) and isinstance(raw["a"], nnx.State)
+    # as in Flax, only the top level is a State: nested levels are stored as plain dicts,
+    # and handed out as States sharing that dict
+    assert isinstance(raw, dict) and type(raw["a"]) is dict and isinstance(s["a"], nnx.State)
+    s["a"]["extra"] = nnx.Param.state(3.0)
+    assert raw["a"]["extra"] is s.a.extra
+    del s.a["extra"]
     not_p = s.filter(nnx.Not(nnx.Param))
     assert dict((s - p).flat_state()).keys() == dict(not_p.flat_state()).keys()
     s.new = {"x": nnx.Param.state(1.0)}

@@ -42,7 +42,9 @@ except ImportError:  # pragma: no cover - before pytreelib exists
 def _values(tree: tp.Any) -> tp.Any:
     """A State of VariableStates (or arrays) as plain nested dicts of arrays."""
     if isinstance(tree, State):
-        return {k: _values(v) for k, v in tree.raw_mapping.items()}
+        tree = tree._mapping
+    if isinstance(tree, dict):
+        return {k: _values(v) for k, v in tree.items()}
     if isinstance(tree, VariableState):
         return tree.value
     return tree
@@ -102,13 +104,13 @@ class Optimizer(LegacyModule):
 
 
 def _as_state(template: State, values: dict) -> State:
-    out = {}
-    for k, v in template.raw_mapping.items():
-        if isinstance(v, State):
-            out[k] = _as_state(v, values[k])
-        else:
-            out[k] = v.replace(values[k])
-    return State._from_raw(out)
+    return State._from_raw(_replaced(template._mapping, values))
+
+
+def _replaced(template: dict, values: dict) -> dict:
+    # a State's nested levels are dicts (see flaxen.nnx.statelib.State)
+    return {k: _replaced(v, values[k]) if isinstance(v, dict) else v.replace(values[k])
+            for k, v in template.items()}
 
 
 def _raise_mismatch(params: State, grads: tp.Any) -> tp.NoReturn:
