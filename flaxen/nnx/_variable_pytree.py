@@ -99,10 +99,9 @@ def _flatten(v: tp.Any) -> tuple[tuple, _VarAux]:
     # _aux_of inlined: this runs for every Variable of every jitted call's arguments
     try:
         aux = v._var_aux
-        meta = v._var_metadata
-        if aux.metadata is meta or aux.metadata == meta:
+        if aux.metadata is v._var_metadata:
             return (v.raw_value,), aux
-    except Exception:
+    except AttributeError:
         pass
     return (v.raw_value,), _aux_of(v)
 
@@ -118,7 +117,7 @@ def _unflatten(aux: _VarAux, children: tp.Sequence[tp.Any]) -> tp.Any:
     var = _new(aux[0])
     # the aux's own dict, shared until a write (own_metadata): no copy per jitted output
     _set_meta(var, aux.metadata)
-    _set_trace(var, _trace.current_trace())
+    _set_trace(var, _current_trace())
     _set_raw(var, children[0])
     _set_aux(var, aux)
     return var
@@ -141,6 +140,7 @@ def _unbound(obj: tp.Any, value: tp.Any) -> None:
 # the slots' own setters (bound to Variable's slots by bind): unflatten runs once per
 # Variable on every jitted call's output
 _new = object.__new__
+_current_trace = _trace.current_trace
 _set_meta: tp.Callable[[tp.Any, tp.Any], None] = _unbound
 _set_trace: tp.Callable[[tp.Any, tp.Any], None] = _unbound
 _set_raw: tp.Callable[[tp.Any, tp.Any], None] = _unbound
