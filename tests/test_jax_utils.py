@@ -70,7 +70,8 @@ def test_unreplicate_takes_first_row():
 def test_pmean_over_pytree():
     fn = jax.pmap(lambda x: jax_utils.pmean({"a": x, "b": [x * 3]}, "batch"),
                   axis_name="batch")
-    out = fn(jnp.arange(float(N_DEV)))
+    with pytest.warns(DeprecationWarning, match="use jax.lax.pmean instead"):
+        out = fn(jnp.arange(float(N_DEV)))
     mean = (N_DEV - 1) / 2
     np.testing.assert_allclose(out["a"], np.full(N_DEV, mean))
     np.testing.assert_allclose(out["b"][0], np.full(N_DEV, 3 * mean))

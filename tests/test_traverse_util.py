@@ -11,6 +11,11 @@ from flaxen import serialization, struct
 from flaxen import traverse_util as tu
 from flaxen.core.frozen_dict import FrozenDict
 
+# Every Traversal construction warns (tests/test_deprecation_warnings.py asserts it); the
+# tests below are about what traversals select and update, so the warning is expected there.
+_traversal_deprecated = pytest.mark.filterwarnings(
+    "ignore:`flax.traverse_util.Traversal` will be deprecated:DeprecationWarning")
+
 
 @struct.dataclass
 class Foo:
@@ -102,6 +107,7 @@ def test_empty_node_is_a_singleton_pytree_and_serializable():
     assert serialization.from_state_dict(tu.empty_node, {}) is tu.empty_node
 
 
+@_traversal_deprecated
 def test_documented_traversal_examples():
     assert list(tu.TraverseAttr("foo").iterate(Foo(foo=1))) == [1]
     t = tu.t_identity.each()["foo"]
@@ -110,6 +116,7 @@ def test_documented_traversal_examples():
     assert out == {"foo": Foo(foo=1, bar=4)}
 
 
+@_traversal_deprecated
 def test_chaining_builds_compositions():
     ti = tu.t_identity
     for t in (ti["a"], ti.a, ti.each(), ti.filter(bool), ti.tree(), ti.merge(ti), ti.compose(ti)):
@@ -120,6 +127,7 @@ def test_chaining_builds_compositions():
         ti.__not_a_traversal__  # noqa: B018
 
 
+@_traversal_deprecated
 def test_set_checks_the_number_of_values():
     t = tu.t_identity.each()["foo"]
     inputs = [{"foo": 1}, {"foo": 3}]
@@ -131,6 +139,7 @@ def test_set_checks_the_number_of_values():
         t.set([9, 8, 7], inputs)
 
 
+@_traversal_deprecated
 def test_each_filter_merge_tree_items_and_attrs():
     ti = tu.t_identity
     assert ti.each().update(lambda x: -x, {"b": 1, "a": 2}) == {"b": -1, "a": -2}
@@ -163,6 +172,7 @@ def test_each_filter_merge_tree_items_and_attrs():
     assert tu.TraverseId().update(lambda x: x + 1, 1) == 2
 
 
+@_traversal_deprecated
 def test_update_never_mutates_inputs():
     data = {"a": [1, 2], "b": {"c": 3}}
     snapshot = copy.deepcopy(data)
@@ -179,7 +189,8 @@ def test_model_param_traversal():
         names.append(name)
         return "kernel" in name
 
-    t = tu.ModelParamTraversal(pick)
+    with pytest.warns(DeprecationWarning, match="Traversal` will be deprecated"):
+        t = tu.ModelParamTraversal(pick)
     assert list(t.iterate(params)) == [1]
     assert names == ["/Dense_0/bias", "/Dense_0/kernel", "/w"]
     out = t.update(lambda x: x * 10, params)
@@ -190,6 +201,7 @@ def test_model_param_traversal():
         list(t.iterate([1]))
 
 
+@_traversal_deprecated
 def test_model_param_traversal_on_a_dataclass_field():
     @dataclasses.dataclass
     class Holder:
@@ -302,6 +314,7 @@ def test_unflatten_random_keys_match_plain_algorithm():
             assert _same(tu.unflatten_dict(joined, sep="/"), _slow_unflatten(flat))
 
 
+@_traversal_deprecated
 def test_slice_items_update_each_selected_item():
     assert tu.t_identity[1:3].update(lambda x: x + x, (1, 2, 3, 4)) == (1, 4, 6, 4)
     assert tu.t_identity[::2].update(lambda x: -x, [1, 2, 3, 4]) == [-1, 2, -3, 4]

@@ -359,8 +359,10 @@ def test_mhdpa_param_tree_and_call_forms():
 def test_self_attention_equals_mhdpa_on_same_input():
     x = jax.random.normal(jax.random.PRNGKey(1), (2, 4, 8))
     mask = make_causal_mask(x[..., 0])
-    variables = nn.SelfAttention(num_heads=4).init(jax.random.PRNGKey(0), x)
-    a = nn.SelfAttention(num_heads=4).apply(variables, x, mask)
+    with pytest.warns(DeprecationWarning, match="SelfAttention will be deprecated soon"):
+        variables = nn.SelfAttention(num_heads=4).init(jax.random.PRNGKey(0), x)
+    with pytest.warns(DeprecationWarning, match="SelfAttention will be deprecated soon"):
+        a = nn.SelfAttention(num_heads=4).apply(variables, x, mask)
     b = nn.MultiHeadDotProductAttention(num_heads=4).apply(variables, x, mask=mask)
     np.testing.assert_array_equal(a, b)
     assert nn.MultiHeadAttention(num_heads=4).apply(variables, x).shape == x.shape

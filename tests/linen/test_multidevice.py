@@ -52,6 +52,9 @@ def _loss(apply_fn, params, x, y):
     return jnp.mean((apply_fn({"params": params}, x) - y) ** 2)
 
 
+# TransformerBlock uses the deprecated nn.SelfAttention, which warns on every call; the test is
+# about data-parallel training (tests/test_deprecation_warnings.py asserts the warning).
+@pytest.mark.filterwarnings("ignore:SelfAttention will be deprecated soon:DeprecationWarning")
 def test_data_parallel_transformer_block_training():
     mesh = _mesh((8,), ("data",))
     x = jax.random.normal(jax.random.PRNGKey(1), (16, 4, 8))
