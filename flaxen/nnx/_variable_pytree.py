@@ -96,7 +96,9 @@ def _aux_of(v: tp.Any) -> _VarAux:
 
 
 def _flatten(v: tp.Any) -> tuple[tuple, _VarAux]:
-    # _aux_of inlined: this runs for every Variable of every jitted call's arguments
+    # runs for every Variable of every jitted call's arguments: only the common case (a
+    # Variable out of unflatten, still sharing its aux's dict) is checked here, by identity;
+    # _aux_of compares by value and rebuilds the aux when the metadata changed
     try:
         aux = v._var_aux
         if aux.metadata is v._var_metadata:
