@@ -1,14 +1,17 @@
 """How a Variable is a JAX pytree: one child (its value), and an aux that jit can cache.
 
 The aux is a :class:`_VarAux`, a tuple ``(type, sorted metadata items)`` that ``jax.jit``
-hashes and compares in C on every call, carrying the metadata dict for unflatten. Two reuses
-keep a jitted step's Python work small, each ended by the change it stands for:
+hashes and compares in C on every call, carrying the metadata dict for unflatten. Flatten and
+unflatten run once per Variable on every jitted call (a State of Variables passed to
+``jax.jit``), so both do as little as Python allows:
 
 - a Variable keeps the aux it last flattened to (slot ``_var_aux``) while its metadata is
   equal, so flattening it again builds nothing;
 - a Variable built by unflatten shares its aux's metadata dict (sorted by key, as Flax
   rebuilds it) until its first metadata write: every in-place write goes through
-  :func:`own_metadata`, which copies first.
+  :func:`own_metadata`, which copies first;
+- unflatten fills a twin of the Variable class that has no attribute hooks and then gives it
+  the Variable's class (see :func:`_unflatten_via_twin`).
 
 ``variablelib`` calls :func:`bind` once with the Variable class (whose slots the setters
 here write) and :func:`register` for each subclass.
@@ -125,13 +128,43 @@ def _unflatten(aux: _VarAux, children: tp.Sequence[tp.Any]) -> tp.Any:
     return var
 
 
+def _unflatten_via_twin(aux: _VarAux, children: tp.Sequence[tp.Any]) -> tp.Any:
+    # Builds what _unflatten builds, in about two thirds of the time (the functional
+    # split/jit/merge row of benchmarks/bench_nnx_tree.py runs it 14 times per step). A
+    # Variable defines __setattr__, so its slots are written around that hook (descriptor
+    # setters), and object.__new__(cls) goes through a checked wrapper; the twin is a plain
+    # class with the same slots, whose call and slot stores take CPython's fast paths, and
+    # an object may change its class between two classes of the same layout.
+    var: tp.Any = _twin()  # type: ignore[misc]  # set by bind before any register
+    var._var_metadata = aux.metadata  # shared until a write, as in _unflatten
+    var._trace_state = _current_trace()
+    var.raw_value = children[0]
+    var._var_aux = aux
+    var.__class__ = aux[0]
+    return var
+
+
+def _twin_fits(cls: type) -> bool:
+    """True when ``cls`` has the layout of the Variable class (no slots or dict of its own
+    added), so an instance of the twin may become one."""
+    if _twin is None:
+        return False
+    probe = _twin()
+    try:
+        probe.__class__ = cls
+    except TypeError:
+        return False
+    return True
+
+
 def register(cls: type) -> None:
     """Registers Variable class ``cls`` (each subclass too) as a pytree."""
     # A Variable is a pytree whose one child is its value, so jax.numpy functions (which
     # no longer call __jax_array__ while tracing) accept it: jnp.dot(x, module.kernel).
+    unflatten = _unflatten_via_twin if _twin_fits(cls) else _unflatten
     jax.tree_util.register_pytree_with_keys(
         cls, _flatten_with_keys,
-        _unflatten,  # type: ignore[arg-type]  # jax passes the children as a tuple
+        unflatten,  # type: ignore[arg-type]  # jax passes the children as a tuple
         flatten_func=_flatten)
 
 
@@ -147,13 +180,18 @@ _set_meta: tp.Callable[[tp.Any, tp.Any], None] = _unbound
 _set_trace: tp.Callable[[tp.Any, tp.Any], None] = _unbound
 _set_raw: tp.Callable[[tp.Any, tp.Any], None] = _unbound
 _set_aux: tp.Callable[[tp.Any, tp.Any], None] = _unbound
+_twin: type | None = None  # the Variable class's twin (see _unflatten_via_twin)
 
 
 def bind(variable: type) -> None:
-    """Takes the slot setters of ``variable`` (the Variable class) and registers it."""
-    global _set_meta, _set_trace, _set_raw, _set_aux
+    """Takes the slot setters of ``variable`` (the Variable class), makes its hook-free twin
+    (same base, same slots) and registers it."""
+    global _set_meta, _set_trace, _set_raw, _set_aux, _twin
     _set_meta = variable._var_metadata.__set__  # type: ignore[attr-defined]
     _set_trace = variable._trace_state.__set__  # type: ignore[attr-defined]
     _set_raw = variable.raw_value.__set__  # type: ignore[attr-defined]
     _set_aux = variable._var_aux.__set__  # type: ignore[attr-defined]
+    base: type = variable.__base__  # type: ignore[assignment]  # Variable has bases
+    _twin = type("_VariableTwin", (base,),
+                 {"__slots__": variable.__dict__["__slots__"], "__module__": __name__})
     register(variable)

@@ -91,6 +91,52 @@ def test_jit_roundtrip_keeps_values_and_metadata():
     assert jax.tree.structure(out) == jax.tree.structure(st)
 
 
+class Tagged(nnx.Param):
+    pass
+
+
+def test_unflatten_builds_a_full_variable_of_the_exact_class():
+    v = Tagged(jnp.arange(3.0), tag="t")
+    leaves, td = jax.tree.flatten(v)
+    out = td.unflatten([leaves[0] + 1])
+    assert type(out) is Tagged and isinstance(out, nnx.Variable)
+    np.testing.assert_allclose(out[...], [1.0, 2.0, 3.0])
+    assert out.tag == "t" and out.get_metadata() == v.get_metadata()
+    # every slot is set: the rebuilt Variable reads, writes, copies and pickles as any other
+    out[...] = jnp.zeros(3)
+    out.tag = "u"
+    assert out.tag == "u" and v.tag == "t"
+    assert pickle.loads(pickle.dumps(out)).tag == "u"
+    assert copy.deepcopy(out).get_metadata() == out.get_metadata()
+
+
+def test_unflatten_inside_jit_records_the_jit_trace():
+    v = nnx.Param(jnp.ones(2))
+    seen = []
+
+    @jax.jit
+    def f(v):
+        w = jax.tree.map(lambda x: x, v)  # a Variable built by unflatten under the jit trace
+        w[...] = w[...] * 3  # allowed: it belongs to this trace
+        seen.append(w)
+        return w
+
+    out = f(v)
+    np.testing.assert_allclose(out[...], 3.0)
+    with pytest.raises(nnx.errors.TraceContextError):
+        seen[0].tag = "late"  # outside the trace it was built in
+
+
+@pytest.mark.parametrize("extra", [("extra",), ("__dict__",)])
+def test_variable_subclass_with_its_own_layout_unflattens(extra):
+    # a subclass that adds slots (or a __dict__) cannot take the fast path's shortcut
+    Custom = type("Custom", (nnx.Variable,), {"__slots__": extra})
+    v = Custom(jnp.ones(2), tag="c")
+    out = jax.jit(lambda v: jax.tree.map(lambda x: x * 2, v))(v)
+    assert type(out) is Custom and out.tag == "c"
+    np.testing.assert_allclose(out[...], 2.0)
+
+
 # -- State key order ---------------------------------------------------------------------
 
 def test_state_children_sorted_whatever_the_insertion_order():

@@ -157,7 +157,7 @@ def _insert_partition(var: tp.Any, axis: int, transform_metadata: tp.Mapping) ->
     if key in meta and meta[key] is not None and axis is not None:
         names = list(meta[key])
         names.insert(axis, transform_metadata.get(PARTITION_NAME))
-        meta[key] = tuple(names)
+        _own_metadata(var)[key] = tuple(names)
 
 
 def _names_key(meta: tp.Mapping) -> str:
