@@ -13,7 +13,10 @@
 {'a/b': 1, 'c': 2}
 >>> traverse_util.unflatten_dict(flat, sep='/')
 {'a': {'b': 1}, 'c': 2}
->>> t = traverse_util.t_identity.each()['w']
+>>> import warnings
+>>> with warnings.catch_warnings():  # building a Traversal warns: deprecated, as in Flax
+...     warnings.simplefilter('ignore', DeprecationWarning)
+...     t = traverse_util.t_identity.each()['w']
 >>> t.update(lambda w: w * 10, [{'w': 1}, {'w': 2}])
 [{'w': 10}, {'w': 20}]
 """
@@ -359,7 +362,11 @@ class Traversal(abc.ABC):
 
         ``ValueError`` if ``values`` has fewer or more items than there are selections.
 
-        >>> t_identity.each().set([5, 6], [1, 2])
+        >>> import warnings
+        >>> with warnings.catch_warnings():  # building a Traversal warns
+        ...     warnings.simplefilter('ignore', DeprecationWarning)
+        ...     each = t_identity.each()
+        >>> each.set([5, 6], [1, 2])
         [5, 6]
         """
         it = iter(values)
@@ -575,7 +582,10 @@ class ModelParamTraversal(Traversal):
     and a leading slash, e.g. ``'/Dense_0/kernel'``. Leaves are visited in sorted
     key order; ``update`` returns a dict (a FrozenDict for a FrozenDict input).
 
-    >>> kernels = ModelParamTraversal(lambda name, _: name.endswith('kernel'))
+    >>> import warnings
+    >>> with warnings.catch_warnings():  # building a Traversal warns
+    ...     warnings.simplefilter('ignore', DeprecationWarning)
+    ...     kernels = ModelParamTraversal(lambda name, _: name.endswith('kernel'))
     >>> kernels.update(lambda k: 0, {'Dense_0': {'bias': 1, 'kernel': 2}})
     {'Dense_0': {'bias': 1, 'kernel': 0}}
     """

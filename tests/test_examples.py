@@ -23,6 +23,12 @@ def _load(name):
     return module
 
 
+# The digits demo saves single-file legacy checkpoints on purpose; their deprecation notice
+# is incidental to these tests.
+legacy_notice = pytest.mark.filterwarnings(
+    "ignore:Flax Checkpointing will soon be deprecated:DeprecationWarning")
+
+
 @pytest.fixture
 def restore_flags():
     orbax = config.flax_use_orbax_checkpointing
@@ -32,6 +38,7 @@ def restore_flags():
     jax.config.update("jax_threefry_partitionable", partitionable)
 
 
+@legacy_notice
 def test_digits_demo_trains_checkpoints_plots_and_resumes(tmp_path, capsys, restore_flags):
     demo = _load("digits_cnn")
     workdir = str(tmp_path / "run")
@@ -50,6 +57,7 @@ def test_digits_demo_trains_checkpoints_plots_and_resumes(tmp_path, capsys, rest
     assert acc2 >= acc - 0.05
 
 
+@legacy_notice
 def test_digits_demo_log_has_one_line_per_epoch_with_epoch_means(tmp_path, capsys,
                                                                  restore_flags):
     demo = _load("digits_cnn")
@@ -84,6 +92,7 @@ def test_digits_train_epoch_reports_means_not_the_last_batch(restore_flags):
     assert 0.0 <= acc <= 1.0 and int(state.step) == 9
 
 
+@legacy_notice
 def test_digits_resume_with_other_epochs_replans_the_schedule(tmp_path, capsys,
                                                               restore_flags):
     demo = _load("digits_cnn")

@@ -30,6 +30,9 @@ def lm():
     sys.modules.pop(spec.name, None)
 
 
+# The example saves single-file legacy checkpoints on purpose; their deprecation notice is
+# incidental here.
+@pytest.mark.filterwarnings("ignore:Flax Checkpointing will soon be deprecated:DeprecationWarning")
 def test_trains_checkpoints_resumes_plots_and_samples(lm, tmp_path, capsys):
     workdir = str(tmp_path / "run")
     first = lm.main([*TINY, "--steps", "6", "--workdir", workdir, "--prompt", "import "])

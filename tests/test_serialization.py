@@ -165,6 +165,8 @@ def _chain_length(err: BaseException) -> int:
         n, err = n + 1, nxt
 
 
+@pytest.mark.filterwarnings(  # the legacy save's deprecation notice
+    "ignore:Flax Checkpointing will soon be deprecated:DeprecationWarning")
 def test_typed_prng_key_error_is_one_traceback_naming_the_path_and_fix(tmp_path):
     from flaxen import config
     from flaxen.training import checkpoints

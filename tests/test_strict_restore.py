@@ -18,8 +18,13 @@ from flaxen.core.frozen_dict import FrozenDict
 from flaxen.training import checkpoints
 from flaxen.training.train_state import TrainState
 
+# A legacy save warns that the format is deprecated: incidental here, asserted in
+# tests/test_deprecation_warnings.py.
+legacy_notice = pytest.mark.filterwarnings(
+    "ignore:Flax Checkpointing will soon be deprecated:DeprecationWarning")
 
-@pytest.fixture(params=["legacy", "orbax"])
+
+@pytest.fixture(params=[pytest.param("legacy", marks=legacy_notice), "orbax"])
 def fmt(request):
     if request.param == "orbax":
         pytest.importorskip("orbax.checkpoint")

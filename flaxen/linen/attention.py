@@ -327,10 +327,12 @@ class SelfAttention(MultiHeadDotProductAttention):
     ``__call__(inputs_q, mask=None, deterministic=None, dropout_rng=None,
     sow_weights=False)``.
 
-    >>> import jax, jax.numpy as jnp
+    >>> import jax, jax.numpy as jnp, warnings
     >>> import flaxen.linen as nn
     >>> x = jnp.ones((2, 5, 4))
-    >>> out, _ = nn.SelfAttention(num_heads=2).init_with_output(jax.random.PRNGKey(0), x)
+    >>> with warnings.catch_warnings():  # every call warns: deprecated, as in Flax
+    ...     warnings.simplefilter('ignore', DeprecationWarning)
+    ...     out, _ = nn.SelfAttention(num_heads=2).init_with_output(jax.random.PRNGKey(0), x)
     >>> out.shape
     (2, 5, 4)
     """

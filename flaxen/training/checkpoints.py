@@ -12,9 +12,10 @@ Two on-disk formats, both compatible with Flax's ``flax.training.checkpoints``:
 written to ``{prefix}tmp``, fsynced and atomically renamed, and only then are older checkpoints
 removed, so an interrupted save never loses the previous latest checkpoint.
 
->>> import tempfile, numpy as np
+>>> import tempfile, warnings, numpy as np
 >>> from flaxen import config
->>> with config.temp_flip_flag('use_orbax_checkpointing', False):
+>>> with config.temp_flip_flag('use_orbax_checkpointing', False), warnings.catch_warnings():
+...     warnings.simplefilter('ignore', DeprecationWarning)  # the legacy format is deprecated
 ...     d = tempfile.mkdtemp()
 ...     path = save_checkpoint(d, {'w': np.arange(3)}, step=10)
 ...     restored = restore_checkpoint(d, target=None)

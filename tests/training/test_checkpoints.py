@@ -19,6 +19,11 @@ from flaxen.training.train_state import TrainState
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# A legacy save warns that the format is deprecated, as Flax's does: incidental here, asserted
+# in tests/test_deprecation_warnings.py.
+legacy_notice = pytest.mark.filterwarnings(
+    "ignore:Flax Checkpointing will soon be deprecated:DeprecationWarning")
+
 
 @pytest.fixture
 def legacy():
@@ -26,7 +31,7 @@ def legacy():
         yield
 
 
-@pytest.fixture(params=["legacy", "orbax"])
+@pytest.fixture(params=[pytest.param("legacy", marks=legacy_notice), "orbax"])
 def fmt(request):
     """Runs a test once per on-disk format (Orbax is the default one)."""
     if request.param == "orbax":
@@ -48,6 +53,7 @@ def test_natural_sort_documented_examples():
     assert ns(["c_1", "c_-2"], signed=False) == ["c_1", "c_-2"]
 
 
+@legacy_notice
 def test_save_restore_roundtrip_raw_and_target(tmp_path, legacy):
     target = {"w": np.arange(6.0).reshape(2, 3), "b": [np.int32(1), 2.5], "name": "x"}
     path = checkpoints.save_checkpoint(tmp_path, target, step=7)
@@ -63,6 +69,7 @@ def test_save_restore_roundtrip_raw_and_target(tmp_path, legacy):
     np.testing.assert_array_equal(restored["w"], target["w"])
 
 
+@legacy_notice
 def test_train_state_roundtrip(tmp_path, legacy):
     tx = optax.adam(1e-2)
     params = FrozenDict({"dense": {"kernel": jnp.ones((2, 3)), "bias": jnp.zeros(3)}})
@@ -79,6 +86,7 @@ def test_train_state_roundtrip(tmp_path, legacy):
                                state.opt_state[0].mu["dense"]["bias"])
 
 
+@legacy_notice
 def test_bfloat16_and_big_arrays_stream_exact_bytes(tmp_path, legacy):
     target = {"a": jnp.ones((4, 5), jnp.bfloat16), "b": np.arange(300_000, dtype=np.int64).T,
               "c": np.asfortranarray(np.arange(12.0).reshape(3, 4)), "s": np.float32(3),
@@ -91,6 +99,7 @@ def test_bfloat16_and_big_arrays_stream_exact_bytes(tmp_path, legacy):
     np.testing.assert_array_equal(raw["c"], target["c"])
 
 
+@legacy_notice
 def test_parallel_read_of_multichunk_file(tmp_path, legacy, monkeypatch):
     from flaxen.training import _ckpt_io
 
@@ -100,6 +109,7 @@ def test_parallel_read_of_multichunk_file(tmp_path, legacy, monkeypatch):
     np.testing.assert_array_equal(checkpoints.restore_checkpoint(tmp_path, None)["x"], target["x"])
 
 
+@legacy_notice
 def test_keep_and_keep_every_n_steps(tmp_path, legacy):
     for s in range(1, 12):
         checkpoints.save_checkpoint(tmp_path, {"s": s}, s, keep=2, keep_every_n_steps=3)
@@ -108,6 +118,7 @@ def test_keep_and_keep_every_n_steps(tmp_path, legacy):
     assert checkpoints.available_steps(tmp_path) == [1, 4, 7, 10, 11]
 
 
+@legacy_notice
 def test_keep_zero_keeps_everything_and_keep_one_keeps_latest(tmp_path, legacy):
     for s in range(3):
         checkpoints.save_checkpoint(tmp_path / "all", {"s": s}, s, keep=0)
@@ -118,6 +129,7 @@ def test_keep_zero_keeps_everything_and_keep_one_keeps_latest(tmp_path, legacy):
     assert checkpoints.restore_checkpoint(tmp_path / "one", None) == {"s": 2}
 
 
+@legacy_notice
 def test_overwrite_rules(tmp_path, legacy):
     checkpoints.save_checkpoint(tmp_path, {"a": 1}, 5)
     checkpoints.save_checkpoint(tmp_path, {"a": 1}, 7, keep=3)
@@ -130,6 +142,7 @@ def test_overwrite_rules(tmp_path, legacy):
     assert checkpoints.restore_checkpoint(tmp_path, None) == {"a": 3}
 
 
+@legacy_notice
 def test_prefix_and_float_steps(tmp_path, legacy):
     checkpoints.save_checkpoint(tmp_path, {"a": 1}, 0.5, prefix="test_", keep=5)
     checkpoints.save_checkpoint(tmp_path, {"a": 2}, 1e5, prefix="test_", keep=5)
@@ -141,6 +154,7 @@ def test_prefix_and_float_steps(tmp_path, legacy):
         checkpoints.available_steps(tmp_path, "test_")
 
 
+@legacy_notice
 def test_latest_ignores_tmp_gda_and_orbax_tmp(tmp_path, legacy):
     assert checkpoints.latest_checkpoint(tmp_path) is None
     checkpoints.save_checkpoint(tmp_path, {"a": 1}, 1)
@@ -172,6 +186,7 @@ def test_restore_missing_step_names_file_and_available_steps(tmp_path, fmt):
     assert restored["a"].tolist() == [1, 1]
 
 
+@legacy_notice
 def test_restore_step_from_a_file_path(tmp_path, legacy):
     checkpoints.save_checkpoint(tmp_path, {"a": 1}, 2)
     with pytest.raises(ValueError, match="is a file; pass its directory"):
@@ -246,6 +261,7 @@ def test_restore_train_state_into_changed_model(tmp_path, fmt):
         checkpoints.restore_checkpoint(tmp_path, renamed)
 
 
+@legacy_notice
 def test_restore_directory_that_is_not_orbax(tmp_path, legacy):
     checkpoints.save_checkpoint(tmp_path, {"a": 1}, 1)
     (tmp_path / "checkpoint_5").mkdir()
@@ -275,6 +291,7 @@ def test_non_writable_dir_is_refused_before_writing(tmp_path, fmt, monkeypatch):
     assert checkpoints.available_steps(tmp_path) == [1]
 
 
+@legacy_notice
 def test_non_writable_dir(tmp_path, legacy, monkeypatch):
     from flaxen.training import _ckpt_io
 
@@ -397,6 +414,7 @@ def test_orbax_transforms_add_param_with_default_and_rename(tmp_path):
     assert "Dense_0" not in restored["model"].params
 
 
+@legacy_notice
 def test_async_manager_saves_in_background_and_reports_errors(tmp_path, legacy):
     manager = checkpoints.AsyncManager()
     arr = np.zeros(3)
@@ -414,6 +432,7 @@ def test_async_manager_saves_in_background_and_reports_errors(tmp_path, legacy):
     manager.wait_previous_save()  # the error is reported once
 
 
+@legacy_notice
 def test_save_checkpoint_multiprocess_single_process(tmp_path, legacy):
     path = checkpoints.save_checkpoint_multiprocess(tmp_path, {"a": 1}, 3, keep=4)
     assert path == str(tmp_path / "checkpoint_3")
@@ -510,8 +529,9 @@ def _assert_every_listed_checkpoint_restores(d):
         checkpoints.restore_checkpoint(d, None, step=step)
 
 
-@pytest.mark.parametrize("point", ["legacy_write", "async_write", "orbax_write",
-                                   "orbax_overwrite", "orbax_overwrite_staged"])
+@pytest.mark.parametrize("point", [pytest.param("legacy_write", marks=legacy_notice),
+                                   pytest.param("async_write", marks=legacy_notice),
+                                   "orbax_write", "orbax_overwrite", "orbax_overwrite_staged"])
 def test_killed_writer_leaves_previous_checkpoint(tmp_path, point):
     if point.startswith("orbax"):
         _need_orbax()
@@ -569,6 +589,7 @@ def test_killed_during_keep_cleanup_leaves_no_half_deleted_checkpoint(tmp_path):
     assert names(tmp_path) == ["checkpoint_3"]  # the next clean-up sweeps the leftover
 
 
+@legacy_notice
 def test_write_failure_midway_keeps_previous(tmp_path, legacy, monkeypatch):
     from flaxen.training import _ckpt_io
 
@@ -631,6 +652,7 @@ def test_orbax_checkpointer_argument(tmp_path):
 def test_falls_back_to_legacy_without_orbax(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoints, "_orbax_module", lambda: None)
     with config.temp_flip_flag("use_orbax_checkpointing", True):
-        path = checkpoints.save_checkpoint(tmp_path, {"a": 1}, 1)
+        with pytest.warns(DeprecationWarning, match="Flax Checkpointing will soon be deprecated"):
+            path = checkpoints.save_checkpoint(tmp_path, {"a": 1}, 1)
     assert os.path.isfile(path)
     assert checkpoints.restore_checkpoint(tmp_path, None) == {"a": 1}

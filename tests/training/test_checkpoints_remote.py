@@ -15,6 +15,10 @@ import pytest
 from flaxen import config, errors, io
 from flaxen.training import checkpoints
 
+# Every test here saves in the legacy format, whose deprecation notice is incidental.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Flax Checkpointing will soon be deprecated:DeprecationWarning")
+
 
 def fake_gfile(root):
     def local(path):
