@@ -85,7 +85,7 @@ def test_mha_decode_matches_full_causal():
 def test_sharded_training_on_8_devices_matches_single_device():
     devices = np.array(jax.devices()[:8])
     if devices.size < 8:
-        pytest.skip("needs 8 host devices (tests/conftest.py sets them)")
+        pytest.skip("needs 8 host devices (the root conftest.py sets them)")
     mesh = Mesh(devices.reshape(2, 4), ("data", "model"))
 
     class MLP(nnx.Module):

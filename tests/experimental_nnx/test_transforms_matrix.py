@@ -396,7 +396,7 @@ def test_scan_class_carry_argnum_and_in_axes_kwargs():
 def _mesh():
     devices = np.array(jax.devices()[:8])
     if devices.size < 8:
-        pytest.skip("needs 8 host devices (tests/conftest.py sets them)")
+        pytest.skip("needs 8 host devices (the root conftest.py sets them)")
     return Mesh(devices.reshape(2, 4), ("data", "model"))
 
 

@@ -1,4 +1,4 @@
-"""Tests for flaxen.training.common_utils (run with 8 host devices, see tests/conftest.py)."""
+"""Tests for flaxen.training.common_utils (run with 8 host devices, set by conftest.py)."""
 
 import jax
 import jax.numpy as jnp
