@@ -15,17 +15,14 @@ from flaxen.linen.attention import (
     make_attention_mask,
     make_causal_mask,
 )
+from tests import _inputs
 
 
 def _qkv(shape_q, kv_len, seed=0, dtype=jnp.float32, v_depth=None):
-    kq, kk, kv = jax.random.split(jax.random.PRNGKey(seed), 3)
     shape_k = shape_q[:-3] + (kv_len,) + shape_q[-2:]
     shape_v = shape_k[:-1] + (v_depth or shape_q[-1],)
-    return (
-        jax.random.normal(kq, shape_q, dtype),
-        jax.random.normal(kk, shape_k, dtype),
-        jax.random.normal(kv, shape_v, dtype),
-    )
+    return tuple(_inputs.normal((seed, i), s, dtype)
+                 for i, s in enumerate((shape_q, shape_k, shape_v)))
 
 
 @pytest.fixture
@@ -99,8 +96,8 @@ def test_combine_masks_rank_mismatch_names_the_shapes():
 
 def test_weights_match_definition_with_bias_and_mask():
     q, k, _ = _qkv((2, 3, 4, 8), 5)
-    bias = jax.random.normal(jax.random.PRNGKey(9), (2, 4, 3, 5))
-    mask = jax.random.bernoulli(jax.random.PRNGKey(7), 0.6, (2, 1, 3, 5)).at[..., 0].set(True)
+    bias = _inputs.normal(9, (2, 4, 3, 5))
+    mask = _inputs.bernoulli(7, 0.6, (2, 1, 3, 5)).at[..., 0].set(True)
     w = dot_product_attention_weights(q, k, bias=bias, mask=mask)
     assert w.shape == (2, 4, 3, 5)
     _, expected = _reference_attention(q, k, k, mask=mask, bias=bias)
@@ -257,11 +254,11 @@ def _plain_attention(q, k, v, **kwargs):
 def test_blockwise_matches_plain_path_values_and_grads(force_blockwise, shape_q, kv_len,
                                                        mask_shape, bias_shape):
     q, k, v = _qkv(shape_q, kv_len, v_depth=5)
-    mask = jax.random.bernoulli(jax.random.PRNGKey(5), 0.7, mask_shape)
+    mask = _inputs.bernoulli(5, 0.7, mask_shape)
     bias = None
     if bias_shape is not None:
-        bias = jax.random.normal(jax.random.PRNGKey(7), bias_shape)
-    cot = jax.random.normal(jax.random.PRNGKey(6), shape_q[:-1] + (5,))
+        bias = _inputs.normal(7, bias_shape)
+    cot = _inputs.normal(6, shape_q[:-1] + (5,))
 
     def loss(q, k, v, bias, blockwise):
         attend = dot_product_attention if blockwise else _plain_attention
@@ -293,7 +290,7 @@ def test_blockwise_low_precision(force_blockwise, dtype, force_fp32):
 
 def test_blockwise_supports_forward_mode_and_vmap(force_blockwise):
     q, k, v = _qkv((2, 9, 2, 4), 6)
-    mask = jax.random.bernoulli(jax.random.PRNGKey(5), 0.7, (2, 1, 9, 6))
+    mask = _inputs.bernoulli(5, 0.7, (2, 1, 9, 6))
     tangents = _qkv((2, 9, 2, 4), 6, seed=1)
 
     def lean(q, k, v):
@@ -333,8 +330,8 @@ from flaxen import errors  # noqa: E402
 
 
 def test_mhdpa_param_tree_and_call_forms():
-    xq = jax.random.normal(jax.random.PRNGKey(1), (2, 3, 6))
-    xkv = jax.random.normal(jax.random.PRNGKey(2), (2, 5, 4))
+    xq = _inputs.normal(1, (2, 3, 6))
+    xkv = _inputs.normal(2, (2, 5, 4))
     layer = nn.MultiHeadDotProductAttention(num_heads=2, qkv_features=8, out_features=3)
     variables = layer.init(jax.random.PRNGKey(0), xq, xkv)
     shapes = jax.tree.map(jnp.shape, variables["params"])
@@ -357,7 +354,7 @@ def test_mhdpa_param_tree_and_call_forms():
 
 
 def test_self_attention_equals_mhdpa_on_same_input():
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 4, 8))
+    x = _inputs.normal(1, (2, 4, 8))
     mask = make_causal_mask(x[..., 0])
     with pytest.warns(DeprecationWarning, match="SelfAttention will be deprecated soon"):
         variables = nn.SelfAttention(num_heads=4).init(jax.random.PRNGKey(0), x)
@@ -370,7 +367,7 @@ def test_self_attention_equals_mhdpa_on_same_input():
 
 def test_mhdpa_decode_matches_full_causal():
     length = 5
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, length, 8))
+    x = _inputs.normal(1, (2, length, 8))
     full_layer = nn.MultiHeadDotProductAttention(num_heads=2)
     params = full_layer.init(jax.random.PRNGKey(0), x)["params"]
     full = full_layer.apply({"params": params}, x, mask=make_causal_mask(x[..., 0]))
@@ -388,7 +385,7 @@ def test_mhdpa_decode_matches_full_causal():
 
 
 def test_mhdpa_dropout_needs_deterministic_and_uses_dropout_rng():
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 4, 8))
+    x = _inputs.normal(1, (2, 4, 8))
     layer = nn.MultiHeadDotProductAttention(num_heads=2, dropout_rate=0.5)
     with pytest.raises(ValueError, match="deterministic"):
         layer.init(jax.random.PRNGKey(0), x)
@@ -405,7 +402,7 @@ def test_mhdpa_dropout_needs_deterministic_and_uses_dropout_rng():
 
 
 def test_mhdpa_sow_weights():
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 4, 8))
+    x = _inputs.normal(1, (2, 4, 8))
     layer = nn.MultiHeadDotProductAttention(num_heads=2)
     variables = layer.init(jax.random.PRNGKey(0), x)
     _, state = layer.apply(variables, x, sow_weights=True, mutable=["intermediates"])

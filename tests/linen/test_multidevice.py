@@ -18,6 +18,7 @@ from jax.sharding import PartitionSpec as P
 import flaxen.linen as nn
 from flaxen import jax_utils
 from flaxen.training import train_state
+from tests import _inputs
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (host) devices")
 
@@ -57,11 +58,12 @@ def _loss(apply_fn, params, x, y):
 @pytest.mark.filterwarnings("ignore:SelfAttention will be deprecated soon:DeprecationWarning")
 def test_data_parallel_transformer_block_training():
     mesh = _mesh((8,), ("data",))
-    x = jax.random.normal(jax.random.PRNGKey(1), (16, 4, 8))
-    y = jax.random.normal(jax.random.PRNGKey(2), (16, 4, 8))
+    x = _inputs.normal(1, (16, 4, 8))
+    y = _inputs.normal(2, (16, 4, 8))
     model = TransformerBlock()
     state = train_state.TrainState.create(
-        apply_fn=model.apply, params=model.init(KEY, x[:1])["params"], tx=optax.sgd(0.1))
+        apply_fn=model.apply, params=jax.jit(model.init)(KEY, x[:1])["params"],
+        tx=optax.sgd(0.1))
 
     def step(state, x, y):
         loss, grads = jax.value_and_grad(
@@ -122,8 +124,8 @@ RULES = (("batch", "data"), ("hidden", "model"), ("embed", None), ("layer", None
 
 def test_2x4_data_model_sharding_through_logical_rules():
     mesh = _mesh((2, 4), ("data", "model"))
-    x = jax.random.normal(jax.random.PRNGKey(1), (8, 4))
-    y = jax.random.normal(jax.random.PRNGKey(2), (8, 4))
+    x = _inputs.normal(1, (8, 4))
+    y = _inputs.normal(2, (8, 4))
     model = ScannedMLP()
 
     abstract = jax.eval_shape(model.init, KEY, x)
@@ -208,7 +210,7 @@ class CNNish(nn.Module):
 def test_pmap_ensemble_with_replicate():
     n = jax.local_device_count()
     model = CNNish()
-    x = jax.random.normal(jax.random.PRNGKey(1), (5, 4))
+    x = _inputs.normal(1, (5, 4))
     labels = jnp.arange(5) % 3
 
     @functools.partial(jax.pmap, static_broadcasted_argnums=(1,))

@@ -11,6 +11,7 @@ import pytest
 
 import flaxen.linen as nn
 from flaxen.linen.recurrent import flip_sequences
+from tests import _inputs
 
 
 def _lstm_reference(params, carry, xs):
@@ -32,7 +33,7 @@ def _lstm_reference(params, carry, xs):
 
 
 def test_rnn_lstm_follows_the_equations():
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 5, 3))
+    x = _inputs.normal(1, (2, 5, 3))
     rnn = nn.RNN(nn.LSTMCell(4), return_carry=True)
     variables = rnn.init(jax.random.PRNGKey(0), x)
     (c, h), ys = rnn.apply(variables, x)
@@ -44,7 +45,7 @@ def test_rnn_lstm_follows_the_equations():
 
 
 def test_optimized_lstm_equals_lstm_with_same_params():
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 5, 3))
+    x = _inputs.normal(1, (2, 5, 3))
     variables = nn.RNN(nn.LSTMCell(4)).init(jax.random.PRNGKey(0), x)
     opt = nn.RNN(nn.OptimizedLSTMCell(4))
     assert jax.tree.structure(opt.init(jax.random.PRNGKey(0), x)) == jax.tree.structure(variables)
@@ -53,7 +54,7 @@ def test_optimized_lstm_equals_lstm_with_same_params():
 
 
 def test_seq_lengths_carry_is_the_last_valid_step():
-    x = jax.random.normal(jax.random.PRNGKey(1), (3, 6, 2))
+    x = _inputs.normal(1, (3, 6, 2))
     lengths = jnp.array([6, 2, 4])
     rnn = nn.RNN(nn.GRUCell(3), return_carry=True)
     variables = rnn.init(jax.random.PRNGKey(0), x)
@@ -66,7 +67,7 @@ def test_seq_lengths_carry_is_the_last_valid_step():
 
 
 def test_reverse_with_seq_lengths_keeps_padding_at_the_end():
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 5, 2))
+    x = _inputs.normal(1, (2, 5, 2))
     lengths = jnp.array([3, 5])
     rnn = nn.RNN(nn.SimpleCell(3), reverse=True, keep_order=True, return_carry=True)
     variables = rnn.init(jax.random.PRNGKey(0), x)
@@ -88,7 +89,7 @@ def test_flip_sequences():
 
 
 def test_time_major_and_batchless_inputs():
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 5, 3))
+    x = _inputs.normal(1, (2, 5, 3))
     rnn = nn.RNN(nn.GRUCell(4))
     variables = rnn.init(jax.random.PRNGKey(0), x)
     ys = rnn.apply(variables, x)
@@ -98,7 +99,7 @@ def test_time_major_and_batchless_inputs():
 
 
 def test_bidirectional_merges_forward_and_backward():
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 5, 3))
+    x = _inputs.normal(1, (2, 5, 3))
     bi = nn.Bidirectional(nn.RNN(nn.GRUCell(4)), nn.RNN(nn.GRUCell(2)), return_carry=True)
     variables = bi.init(jax.random.PRNGKey(0), x)
     (c_fwd, c_bwd), ys = bi.apply(variables, x)
@@ -118,7 +119,7 @@ def test_conv_lstm_in_rnn():
 
 
 def test_rnn_under_jit_vmap_and_grad():
-    x = jax.random.normal(jax.random.PRNGKey(1), (3, 2, 4, 2))
+    x = _inputs.normal(1, (3, 2, 4, 2))
     rnn = nn.RNN(nn.LSTMCell(3))
     variables = rnn.init(jax.random.PRNGKey(0), x[0])
     batched = jax.jit(jax.vmap(lambda xb: rnn.apply(variables, xb)))(x)
@@ -171,7 +172,7 @@ def test_documented_scan_over_cell_class():
                                                  self.features)
             return scan_cell()(carry, x)[1]
 
-    x = jax.random.normal(jax.random.PRNGKey(1), (4, 6, 7))
+    x = _inputs.normal(1, (4, 6, 7))
     ys, variables = LSTM(5).init_with_output(jax.random.PRNGKey(0), x)
     assert list(variables["params"]) == ["ScanLSTMCell_0"]
     cell_params = variables["params"]["ScanLSTMCell_0"]

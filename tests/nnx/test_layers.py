@@ -7,6 +7,7 @@ import pytest
 
 from flaxen import linen, nnx
 from flaxen.experimental import nnx as legacy_nnx
+from tests import _inputs
 
 
 def _same(a, b):
@@ -186,10 +187,9 @@ def test_dropout_keeps_a_forked_stream_and_the_legacy_face_keeps_rngs():
 
 
 def test_dot_product_attention_gqa_and_is_causal():
-    k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
-    q = jax.random.normal(k1, (2, 4, 6, 8))
-    k = jax.random.normal(k2, (2, 4, 3, 8))
-    v = jax.random.normal(k3, (2, 4, 3, 8))
+    q = _inputs.normal(1, (2, 4, 6, 8))
+    k = _inputs.normal(2, (2, 4, 3, 8))
+    v = _inputs.normal(3, (2, 4, 3, 8))
     # without dropout or a sow, JAX's fused function computes it (as in Flax); grouped
     # heads then equal repeated ones up to rounding, and the plain path's to rounding too
     _same(nnx.dot_product_attention(q, k, v), jax.nn.dot_product_attention(q, k, v))

@@ -10,13 +10,13 @@ import pytest
 
 import flaxen.linen.attention as att
 from flaxen.layer_math import attention as fns
+from tests import _inputs
 
 
 def _qkv(shape_q, kv_len, seed=0, dtype=jnp.float32):
-    kq, kk, kv = jax.random.split(jax.random.PRNGKey(seed), 3)
     shape_k = shape_q[:-3] + (kv_len,) + shape_q[-2:]
-    return tuple(jax.random.normal(r, s, dtype) for r, s in
-                 ((kq, shape_q), (kk, shape_k), (kv, shape_k)))
+    return tuple(_inputs.normal((seed, i), s, dtype)
+                 for i, s in enumerate((shape_q, shape_k, shape_k)))
 
 
 def _close(a, b, rtol=1e-6):
@@ -64,9 +64,9 @@ def test_functions_match_flax(kwargs):
     q, k, v = _qkv((2, 3, 4, 8), 5)
     resolved = dict(kwargs)
     if "bias" in kwargs:
-        resolved["bias"] = jax.random.normal(jax.random.PRNGKey(4), (2, 4, 3, 5))
+        resolved["bias"] = _inputs.normal(4, (2, 4, 3, 5))
     if "mask" in kwargs:
-        resolved["mask"] = jax.random.bernoulli(jax.random.PRNGKey(5), 0.6, (2, 1, 3, 5))
+        resolved["mask"] = _inputs.bernoulli(5, 0.6, (2, 1, 3, 5))
     if "dropout_rng" in kwargs:
         resolved["dropout_rng"] = jax.random.PRNGKey(kwargs["dropout_rng"])
     ours = att.dot_product_attention_weights(q, k, **resolved)
@@ -115,16 +115,15 @@ def test_fused_path_matches_flax_values_and_grads(monkeypatch, shape_q, kv_len, 
                                                   bias_shape):
     calls = _spy_fused(monkeypatch)
     q, k, v = _qkv(shape_q, kv_len)
-    mask = None if mask_shape is None else jax.random.bernoulli(
-        jax.random.PRNGKey(5), 0.7, mask_shape)
-    bias = None if bias_shape is None else jax.random.normal(jax.random.PRNGKey(7), bias_shape)
-    cot = jax.random.normal(jax.random.PRNGKey(6), q.shape)
+    mask = None if mask_shape is None else _inputs.bernoulli(5, 0.7, mask_shape)
+    bias = None if bias_shape is None else _inputs.normal(7, bias_shape)
+    cot = _inputs.normal(6, q.shape)
 
     def vg(fn):
         def loss(q, k, v, bias):
             out = fn(q, k, v, bias=bias, mask=mask)
             return jnp.sum(out * cot), out
-        return jax.value_and_grad(loss, (0, 1, 2, 3), has_aux=True)(q, k, v, bias)
+        return jax.jit(jax.value_and_grad(loss, (0, 1, 2, 3), has_aux=True))(q, k, v, bias)
 
     (_, ours), g_ours = vg(att.dot_product_attention)
     (_, theirs), g_theirs = vg(fnn.dot_product_attention)
@@ -183,14 +182,14 @@ def test_blockwise_path_matches_flax_to_float_rounding(mask_kind, monkeypatch):
     q, k, v = _qkv((2, 40, 2, 8), 40)
     mask = bias = None
     if mask_kind == "bias":  # a learned relative-position-style bias, differentiated too
-        bias = jax.random.normal(jax.random.PRNGKey(9), (2, 40, 40))
+        bias = _inputs.normal(9, (2, 40, 40))
         mask = fnn.make_causal_mask(jnp.ones((2, 40)))
     if mask_kind == "causal":
         mask = fnn.make_causal_mask(jnp.ones((2, 40)))
     elif mask_kind == "padding":
         tokens = jnp.arange(40)[None] < jnp.array([[33], [40]])
         mask = fnn.make_attention_mask(tokens, tokens)
-    cot = jax.random.normal(jax.random.PRNGKey(8), q.shape)
+    cot = _inputs.normal(8, q.shape)
 
     def loss(fn):
         def f(q, k, v, bias):
@@ -251,8 +250,8 @@ _CONFIGS = [
 
 @pytest.mark.parametrize("config", _CONFIGS)
 def test_mhdpa_params_and_outputs_match_flax(config):
-    xq = jax.random.normal(jax.random.PRNGKey(1), (2, 3, 6))
-    xkv = jax.random.normal(jax.random.PRNGKey(2), (2, 5, 4))
+    xq = _inputs.normal(1, (2, 3, 6))
+    xkv = _inputs.normal(2, (2, 5, 4))
     mask = fnn.make_attention_mask(jnp.ones((2, 3)), jnp.arange(5)[None] < jnp.array([[5], [2]]))
     ours_layer = nn.MultiHeadDotProductAttention(**config)
     theirs_layer = fnn.MultiHeadDotProductAttention(**config)
@@ -266,7 +265,7 @@ def test_mhdpa_params_and_outputs_match_flax(config):
 
 
 def test_self_attention_and_alias_names_match_flax():
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 3, 4))
+    x = _inputs.normal(1, (2, 3, 4))
 
     def wrap(lib, cls_name):
         class Outer(lib.Module):
@@ -287,7 +286,7 @@ def test_self_attention_and_alias_names_match_flax():
 
 
 def test_mhdpa_dropout_and_sow_match_flax():
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 4, 8))
+    x = _inputs.normal(1, (2, 4, 8))
     kw = dict(num_heads=2, dropout_rate=0.3)
     variables = fnn.MultiHeadDotProductAttention(**kw).init(jax.random.PRNGKey(0), x,
                                                             deterministic=True)
@@ -305,7 +304,7 @@ def test_mhdpa_dropout_and_sow_match_flax():
 
 def test_mhdpa_normalize_qk_matches_flax():
     pytest.importorskip("flaxen.linen.normalization")
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 4, 8))
+    x = _inputs.normal(1, (2, 4, 8))
     kw = dict(num_heads=2, normalize_qk=True)
     ours = nn.MultiHeadDotProductAttention(**kw).init(jax.random.PRNGKey(0), x)
     theirs = fnn.MultiHeadDotProductAttention(**kw).init(jax.random.PRNGKey(0), x)
@@ -315,7 +314,7 @@ def test_mhdpa_normalize_qk_matches_flax():
 
 
 def test_mhdpa_decode_matches_flax_step_by_step():
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 4, 8))
+    x = _inputs.normal(1, (2, 4, 8))
     kw = dict(num_heads=2, decode=True)
     ours_vars = nn.MultiHeadDotProductAttention(**kw).init(jax.random.PRNGKey(0), x)
     theirs_vars = fnn.MultiHeadDotProductAttention(**kw).init(jax.random.PRNGKey(0), x)
@@ -336,7 +335,7 @@ def test_mhdpa_decode_matches_flax_step_by_step():
 
 
 def test_mhdpa_custom_matmul_classes_match_flax():
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 4, 8))
+    x = _inputs.normal(1, (2, 4, 8))
 
     class DotGeneral:
         def __call__(self, *args, **kwargs):

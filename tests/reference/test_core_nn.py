@@ -11,6 +11,7 @@ import pytest
 import flaxen.core as xcore
 import flaxen.core.lift as xlift
 import flaxen.core.nn as xnn
+from tests import _inputs
 
 
 def _lift_transpose(lift, fn, target="params", variables=True, rngs=True):
@@ -95,7 +96,7 @@ def _assert_close(got, ref, rtol=1e-5, atol=1e-6):
 
 
 def _x(*shape, seed=0):
-    return jax.random.normal(jax.random.PRNGKey(100 + seed), shape)
+    return _inputs.normal(100 + seed, shape)
 
 
 @pytest.mark.parametrize("kwargs", [

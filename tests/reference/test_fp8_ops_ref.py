@@ -12,6 +12,7 @@ from jax import lax
 
 import flaxen.linen as nn
 from flaxen.linen import fp8_ops
+from tests import _inputs
 
 
 def _assert_same_trees(a, b):
@@ -44,8 +45,7 @@ def test_dense_general_training_steps_match(cls):
 
 
 def test_einsum_and_transposes_match():
-    k1, k2, k3 = jax.random.split(jax.random.key(3), 3)
-    lhs, rhs = jax.random.normal(k1, (2, 3, 4)), jax.random.normal(k2, (4, 5))
+    lhs, rhs = _inputs.normal(1, (2, 3, 4)), _inputs.normal(2, (4, 5))
     variables = ref.Fp8Einsum().init(jax.random.key(0), "abc,cd->abd", lhs, rhs)
 
     def grads_of(m):
@@ -54,9 +54,9 @@ def test_einsum_and_transposes_match():
 
     grads = [grads_of(ref.Fp8Einsum()), grads_of(fp8_ops.Fp8Einsum())]
     _assert_same_trees(grads[1], grads[0])
-    a, b = jax.random.normal(k1, (2, 3, 4, 5)), jax.random.normal(k2, (5, 2, 6, 3))
+    a, b = _inputs.normal(1, (2, 3, 4, 5)), _inputs.normal(2, (5, 2, 6, 3))
     dn = (((3, 1), (0, 3)), ((0,), (1,)))
-    g = jax.random.normal(k3, lax.dot_general(a, b, dn).shape)
+    g = _inputs.normal(3, lax.dot_general(a, b, dn).shape)
     kw = dict(dimension_numbers=dn, precision=None, preferred_element_type=None)
     for name in ("dot_general_transpose_lhs", "dot_general_transpose_rhs"):
         np.testing.assert_allclose(getattr(fp8_ops, name)(g, a, b, **kw),

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import flaxen.linen.recurrent as rec
+from tests import _inputs
 
 
 def _same_tree(a, b):
@@ -40,7 +41,7 @@ _CELLS = [
 
 @pytest.mark.parametrize("name,kw", _CELLS)
 def test_cells_match_flax(name, kw):
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 3))
+    x = _inputs.normal(1, (2, 3))
     kw = dict(kw, carry_init=fnn.initializers.normal(0.5))
     ours_cell, theirs_cell = getattr(rec, name)(**kw), getattr(fnn, name)(**kw)
     carry = theirs_cell.initialize_carry(jax.random.PRNGKey(2), x.shape)
@@ -58,7 +59,7 @@ def test_cells_match_flax(name, kw):
 
 
 def test_conv_lstm_cell_matches_flax():
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 5, 5, 3))
+    x = _inputs.normal(1, (2, 5, 5, 3))
     kw = dict(features=4, kernel_size=(3, 3))
     ours_cell, theirs_cell = rec.ConvLSTMCell(**kw), fnn.ConvLSTMCell(**kw)
     carry = theirs_cell.initialize_carry(jax.random.PRNGKey(2), x.shape)
@@ -83,7 +84,7 @@ def test_rnn_matches_flax(case):
     case = dict(case)
     use_lengths = case.pop("seq_lengths", False)
     time_major = case.get("time_major", False)
-    x = jax.random.normal(jax.random.PRNGKey(1), (3, 6, 2))
+    x = _inputs.normal(1, (3, 6, 2))
     if time_major:
         x = jnp.swapaxes(x, 0, 1)
     lengths = jnp.array([6, 2, 4]) if use_lengths else None
@@ -98,7 +99,7 @@ def test_rnn_matches_flax(case):
 
 
 def test_rnn_call_overrides_init_key_and_initial_carry_match_flax():
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 4, 3))
+    x = _inputs.normal(1, (2, 4, 3))
     cell_kw = dict(features=3, carry_init=fnn.initializers.normal(1.0))
     ours_rnn, theirs_rnn = rec.RNN(rec.GRUCell(**cell_kw)), fnn.RNN(fnn.GRUCell(**cell_kw))
     variables = theirs_rnn.init(jax.random.PRNGKey(0), x)
@@ -113,7 +114,7 @@ def test_rnn_call_overrides_init_key_and_initial_carry_match_flax():
 
 
 def test_rnn_split_rngs_and_variable_axes_match_flax():
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 4, 3))
+    x = _inputs.normal(1, (2, 4, 3))
     kw = dict(variable_axes={"params": 0}, variable_broadcast=False,
               split_rngs={"params": True})
     ours = rec.RNN(rec.SimpleCell(3), **kw).init(jax.random.PRNGKey(0), x)
@@ -123,7 +124,7 @@ def test_rnn_split_rngs_and_variable_axes_match_flax():
 
 @pytest.mark.parametrize("with_lengths", [False, True])
 def test_bidirectional_matches_flax(with_lengths):
-    x = jax.random.normal(jax.random.PRNGKey(1), (3, 5, 2))
+    x = _inputs.normal(1, (3, 5, 2))
     lengths = jnp.array([5, 1, 3]) if with_lengths else None
 
     def build(lib):
@@ -172,7 +173,7 @@ def _compare_rnn(build, x, *, lengths=None, rtol=1e-6, **call):
 def test_rnn_with_gru_and_mgu_cells_matches_flax(cell, kw, case):
     case = dict(case)
     lengths = jnp.array([5, 2, 3]) if case.pop("lengths", False) else None
-    x = jax.random.normal(jax.random.PRNGKey(1), (3, 5, 2))
+    x = _inputs.normal(1, (3, 5, 2))
     _compare_rnn(lambda lib: lib.RNN(getattr(lib, cell)(**kw), **case), x, lengths=lengths)
 
 
@@ -186,7 +187,7 @@ def test_rnn_with_gru_and_mgu_cells_matches_flax(cell, kw, case):
 )
 def test_rnn_with_conv_lstm_cell_matches_flax(kw):
     n = len(kw["kernel_size"])
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 3) + (4,) * n + (2,))
+    x = _inputs.normal(1, (2, 3) + (4,) * n + (2,))
     lengths = jnp.array([3, 1])
     _compare_rnn(lambda lib: lib.RNN(lib.ConvLSTMCell(**kw), return_carry=True), x,
                  lengths=lengths)
@@ -195,7 +196,7 @@ def test_rnn_with_conv_lstm_cell_matches_flax(kw):
 @pytest.mark.parametrize("unroll", [2, 3, 6])
 @pytest.mark.parametrize("cell", ["LSTMCell", "GRUCell"])
 def test_rnn_unroll_matches_flax(unroll, cell):
-    x = jax.random.normal(jax.random.PRNGKey(1), (2, 6, 3))
+    x = _inputs.normal(1, (2, 6, 3))
     lengths = jnp.array([6, 4])
     _compare_rnn(lambda lib: lib.RNN(getattr(lib, cell)(4), unroll=unroll, reverse=True,
                                      keep_order=True), x, lengths=lengths)
