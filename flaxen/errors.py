@@ -30,6 +30,7 @@ __all__ = [
     "RngStreamNotFoundError",
     "NotAGraphNodeError",
     "NNXTransformError",
+    "NNXUnsupportedError",
     "NNXRulesMissingError",
     "NNXFilterError",
     "NNXError",
@@ -565,6 +566,18 @@ class NNXTransformError(NNXError, ValueError):
     """An NNX transform (jit, grad, vmap, scan, ...) got arguments it cannot lift."""
 
     default_fix = "See the transform's docstring for the arguments it accepts."
+
+
+class NNXUnsupportedError(NNXTransformError, NotImplementedError):
+    """An NNX transform was asked for a mode or an argument it does not implement (the
+    graph-updates mode of ``nnx.vjp``/``nnx.jvp``, ``reduce_axes``); a
+    ``NotImplementedError``, as Flax raises there.
+
+    >>> issubclass(NNXUnsupportedError, NotImplementedError)
+    True
+    """
+
+    default_fix = "See the transform's docstring for the modes and arguments it supports."
 
 
 class NNXRulesMissingError(NNXError, AttributeError):

@@ -52,6 +52,8 @@ CASES = {
     "NotAGraphNodeError": ("args/0", "an int is not a graph node", "pass a Module"),
     "NNXFilterError": ("<filter>", "3.5 is not a filter", "use a type or a string"),
     "NNXTransformError": ("jit/args/1", "a list is not hashable", "pass a tuple"),
+    "NNXUnsupportedError": ("", "graph-mode with graph_updates is not supported for nnx.vjp",
+                            "pass graph_updates=False"),
     "NNXArgumentError": ("vmap/in_axes", "in_axes has 3 entries for 2 args", "give one per arg"),
     "RngStreamNotFoundError": ("rngs/dropout", "no 'dropout' stream", "add it to Rngs"),
     "NNXRulesMissingError": ("", "No VJP defined for custom_vjp function f using defvjp.",

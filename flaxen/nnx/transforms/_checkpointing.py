@@ -54,12 +54,13 @@ def remat(
     def remat_wrapper(*args: tp.Any, **kwargs: tp.Any) -> tp.Any:
         fun = f
         if statics:  # static arguments are closed over (hashable Python values)
-            fixed = {i: args[i] for i in statics}
+            n = len(args)
+            fixed = {i + n if i < 0 else i: args[i] for i in statics}
             dyn = [a for i, a in enumerate(args) if i not in fixed]
 
             def fun(*dyn_args: tp.Any, **kw: tp.Any) -> tp.Any:
                 it = iter(dyn_args)
-                full = [fixed[i] if i in fixed else next(it) for i in range(len(args))]
+                full = [fixed[i] if i in fixed else next(it) for i in range(n)]
                 return f(*full, **kw)
 
             args = tuple(dyn)

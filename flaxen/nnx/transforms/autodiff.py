@@ -27,7 +27,7 @@ import typing as tp
 import jax
 
 from flaxen import traceback_util
-from flaxen.errors import NNXTransformError
+from flaxen.errors import NNXTransformError, NNXUnsupportedError
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import _lift, filterlib
 from flaxen.nnx._graph_ops import _nest
@@ -318,6 +318,7 @@ def grad(f: tp.Callable[..., tp.Any] | None = None, *, argnums: tp.Any = 0,
     ``argnums`` takes ints and ``nnx.DiffState(argnum, filter)``; usable as a decorator
     with or without arguments.
     """
+    _no_reduce_axes("grad", reduce_axes)
     graph, graph_updates = resolve_modes(graph, graph_updates)
     if f is None:
         return functools.partial(grad, argnums=argnums, has_aux=has_aux,
@@ -340,6 +341,7 @@ def value_and_grad(f: tp.Callable[..., tp.Any] | None = None, *, argnums: tp.Any
     >>> float(loss), grads['bias'].value.tolist()
     (0.0, [1.0])
     """
+    _no_reduce_axes("value_and_grad", reduce_axes)
     graph, graph_updates = resolve_modes(graph, graph_updates)
     if f is None:
         return functools.partial(value_and_grad, argnums=argnums, has_aux=has_aux,
@@ -353,9 +355,20 @@ def value_and_grad(f: tp.Callable[..., tp.Any] | None = None, *, argnums: tp.Any
 
 def _functional_only(name: str, graph: bool, graph_updates: bool) -> None:
     if graph and graph_updates:
-        raise NNXTransformError(
-            "", f"nnx.{name} does not support graph_updates=True.",
+        raise NNXUnsupportedError(
+            "", f"graph-mode with graph_updates is not supported for nnx.{name}: it works on "
+            "the Variables' values and gives no way to write graph changes back",
             f"Pass graph_updates=False (or graph=False) to nnx.{name}.")
+
+
+def _no_reduce_axes(name: str, reduce_axes: tp.Sequence[tp.Any]) -> None:
+    # JAX dropped reduce_axes; Flax refuses it rather than ignoring it, and so does flaxen
+    if reduce_axes:
+        raise NNXUnsupportedError(
+            "", f"nnx.{name}: the reduce_axes argument to {name} is deprecated and no longer "
+            f"does anything (got reduce_axes={tuple(reduce_axes)!r})",
+            "Drop reduce_axes, and sum the gradient over those axes yourself (e.g. with "
+            "jax.lax.psum inside a shard_map) if that is what it was for.")
 
 
 def _all_positions(args: tuple, lift: _lift.Lift) -> tuple[_Layout, list]:
@@ -381,6 +394,8 @@ def vjp(f: tp.Callable[..., tp.Any] | None = None, *primals: tp.Any, has_aux: bo
     >>> float(vjp_fn(jnp.array(1.0))[0])
     2.0
     """
+    _no_reduce_axes("vjp", reduce_axes)
+    _functional_only("vjp", *resolve_modes(graph, graph_updates))  # at once, as Flax
     if f is None:
         return functools.partial(_vjp_decorated, has_aux=has_aux, graph=graph,
                                  graph_updates=graph_updates)
@@ -439,6 +454,7 @@ def jvp(f: tp.Callable[..., tp.Any] | None = None, primals: tuple = (), tangents
     >>> float(out), float(t)
     (6.0, 2.0)
     """
+    _functional_only("jvp", *resolve_modes(graph, graph_updates))  # at once, as Flax
     if f is None:
         return functools.partial(_jvp_decorated, has_aux=has_aux, graph=graph,
                                  graph_updates=graph_updates)
