@@ -31,6 +31,7 @@ __all__ = [
     "NotAGraphNodeError",
     "NNXTransformError",
     "NNXUnsupportedError",
+    "MeshRequiredError",
     "NNXRulesMissingError",
     "NNXFilterError",
     "NNXError",
@@ -578,6 +579,28 @@ class NNXUnsupportedError(NNXTransformError, NotImplementedError):
     """
 
     default_fix = "See the transform's docstring for the modes and arguments it supports."
+
+
+class MeshRequiredError(FlaxError, ValueError):
+    """A Variable asks to be sharded (``out_sharding`` names mesh axes) while no mesh is
+    known: none is set with ``jax.set_mesh`` (or ``with mesh:``), none is in its metadata.
+    Flax raises a ``ValueError`` here too, rather than leave the value silently unsharded.
+
+    >>> str(MeshRequiredError(('model', None))).startswith('An auto mesh context')
+    True
+    """
+
+    def __init__(self, out_sharding: Any) -> None:
+        self.out_sharding = out_sharding
+        super().__init__(
+            f"An auto mesh context or metadata is required if creating a variable with "
+            f"annotation out_sharding={out_sharding!r}: its value cannot be placed without "
+            "a mesh. Create it under `with jax.set_mesh(mesh):`, pass `mesh=` with the "
+            "metadata or a NamedSharding as out_sharding, or turn eager sharding off "
+            "(`eager_sharding=False`, `nnx.use_eager_sharding(False)`) to shard it later.")
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.out_sharding,))
 
 
 class NNXRulesMissingError(NNXError, AttributeError):

@@ -52,6 +52,7 @@ CASES = {
     "NotAGraphNodeError": ("args/0", "an int is not a graph node", "pass a Module"),
     "NNXFilterError": ("<filter>", "3.5 is not a filter", "use a type or a string"),
     "NNXTransformError": ("jit/args/1", "a list is not hashable", "pass a tuple"),
+    "MeshRequiredError": (("model", None),),
     "NNXUnsupportedError": ("", "graph-mode with graph_updates is not supported for nnx.vjp",
                             "pass graph_updates=False"),
     "NNXArgumentError": ("vmap/in_axes", "in_axes has 3 entries for 2 args", "give one per arg"),

@@ -21,6 +21,7 @@ import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from flaxen.core import meta
+from flaxen.errors import MeshRequiredError
 
 LogicalRules = Sequence[tuple[str, Any]]
 Sharding = tuple[Any, ...]
@@ -213,11 +214,7 @@ def shard_value(value: Any, out_sharding: Any, sharding_rules: Any, mesh: Any) -
     if own_mesh is not None:
         mesh = own_mesh
     if mesh is None:
-        raise ValueError(
-            f"An auto mesh context or metadata is required if creating a variable with "
-            f"annotation out_sharding={out_sharding}; enter `with jax.sharding.use_mesh(mesh):` "
-            "or pass a NamedSharding."
-        )
+        raise MeshRequiredError(out_sharding)
     if isinstance(out_sharding, PartitionSpec):
         out_sharding = NamedSharding(mesh, out_sharding)
     return _apply_sharding(value, out_sharding, mesh)

@@ -1,8 +1,8 @@
 """Low-level sharding helpers for NNX Variables: logical axis rules and sharding on creation.
 
-Imports only JAX, so that ``variables.py`` can call :func:`shard_value` when a Variable with
-``out_sharding`` metadata is created (eager sharding) without an import cycle; the public
-names live in :mod:`flaxen.nnx.spmd`.
+Imports only JAX and :mod:`flaxen.errors`, so that ``variables.py`` can call
+:func:`shard_value` when a Variable with ``out_sharding`` metadata is created (eager sharding)
+without an import cycle; the public names live in :mod:`flaxen.nnx.spmd`.
 
 - ``logical_axis_rules(rules)``: a context binding logical axis names (``'embed'``) to mesh
   axes (``'model'``); Linen's ``nn.logical_axis_rules`` is honoured too when Linen is loaded.
@@ -10,7 +10,8 @@ names live in :mod:`flaxen.nnx.spmd`.
   ``out_sharding`` names after the context rules and the Variable's own ``sharding_rules``.
 - ``shard_value(value, out_sharding, sharding_rules, mesh)``: ``value`` placed (or, under a
   trace, constrained) according to those names on ``mesh`` or the mesh set by
-  ``jax.set_mesh``; unchanged when no mesh is known.
+  ``jax.set_mesh`` (or ``with mesh:``); :class:`~flaxen.errors.MeshRequiredError` when no
+  mesh is known.
 
 >>> from flaxen.nnx import _sharding
 >>> with _sharding.logical_axis_rules((('embed', 'model'),)):
@@ -27,6 +28,8 @@ import typing as tp
 
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
+
+from flaxen.errors import MeshRequiredError
 
 Rules = tp.Sequence[tuple[str, tp.Any]]
 
@@ -138,8 +141,9 @@ def _all_explicit(mesh: tp.Any) -> bool:
 
 
 def shard_value(value: tp.Any, out_sharding: tp.Any, sharding_rules: Rules | None = None,
-                mesh: tp.Any = None) -> tp.Any:
-    """``value`` sharded as ``out_sharding`` asks (see the module docstring)."""
+                mesh: tp.Any = None, *, require_mesh: bool = True) -> tp.Any:
+    """``value`` sharded as ``out_sharding`` asks (see the module docstring); with
+    ``require_mesh=False``, ``value`` unchanged when no mesh is known."""
     if out_sharding is None or not hasattr(value, "shape") \
             or isinstance(value, jax.ShapeDtypeStruct):
         return value
@@ -156,8 +160,12 @@ def shard_value(value: tp.Any, out_sharding: tp.Any, sharding_rules: Rules | Non
             return value
         if mesh is None:
             mesh = context_mesh()
-            if mesh is None:
+            if mesh is None and not require_mesh:
                 return value
+            if mesh is None:
+                # as Flax: a sharding asked for and no mesh to honour it is an error, not a
+                # value quietly left unsharded
+                raise MeshRequiredError(out_sharding)
         spec = partition_spec(out_sharding, sharding_rules)
         sharding = None
     _check_axis_types(mesh)

@@ -11,10 +11,12 @@ face (``sharding`` metadata on VariableStates) is ``flaxen.experimental.nnx``'s.
 
 >>> import jax
 >>> from flaxen import nnx
+>>> mesh = jax.make_mesh((1,), ('model',))
 >>> init = nnx.with_partitioning(jax.nn.initializers.ones, (None, 'model'))
->>> layer = nnx.Linear(2, 4, kernel_init=init, rngs=nnx.Rngs(0))
->>> nnx.spmd.get_var_pspec(layer.kernel)
-P(None, 'model')
+>>> with jax.set_mesh(mesh):  # eager sharding places the kernel on the mesh at creation
+...     layer = nnx.Linear(2, 4, kernel_init=init, rngs=nnx.Rngs(0))
+>>> nnx.spmd.get_var_pspec(layer.kernel), layer.kernel[...].sharding.spec
+(P(None, 'model'), P(None, 'model'))
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ def with_partitioning(initializer: F, sharding: tp.Any, mesh: Mesh | None = None
     >>> import jax, jax.numpy as jnp
     >>> from flaxen import nnx
     >>> init = nnx.with_partitioning(jax.nn.initializers.zeros, ('data', None))
-    >>> nnx.Param(init(jax.random.key(0), (2, 2))).out_sharding
+    >>> with jax.set_mesh(jax.make_mesh((1,), ('data',))):
+    ...     nnx.Param(init(jax.random.key(0), (2, 2))).out_sharding
     ('data', None)
     """
     if isinstance(sharding, list):

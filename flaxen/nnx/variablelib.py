@@ -11,7 +11,7 @@ Today's ``nnx.VariableState`` is ``Variable`` itself: a State's leaves are Varia
 
 >>> import jax.numpy as jnp
 >>> from flaxen import nnx
->>> w = nnx.Param(jnp.ones(3), out_sharding=('model',))
+>>> w = nnx.Param(jnp.ones(3), out_sharding=('model',), eager_sharding=False)
 >>> w.shape, w.get_metadata('out_sharding'), float((w * 2).sum())
 ((3,), ('model',), 6.0)
 >>> nnx.Param(jnp.ones(3), sharding=('model',)).get_metadata('out_sharding')
@@ -284,6 +284,8 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
                 hooked = True
         if hooked:
             warnings.warn(_HOOKS_DEPRECATED, stacklevel=3)
+        # 0.8.3's spelling only names axes: without a mesh such a Variable stays unsharded
+        axes_only = "sharding" in metadata
         _remap_sharding(metadata)
         setter(self, "_var_metadata", metadata)
         setter(self, "_trace_state", _trace.current_trace())
@@ -296,7 +298,8 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
             from flaxen.nnx._sharding import shard_value
 
             value = shard_value(value, metadata["out_sharding"],
-                                metadata.get("sharding_rules"), metadata.get("mesh"))
+                                metadata.get("sharding_rules"), metadata.get("mesh"),
+                                require_mesh=not axes_only)
         if ref:
             value = jax.tree_util.tree_map(jax.new_ref, value)
         setter(self, "raw_value", value)
@@ -740,10 +743,11 @@ def with_metadata(
 
     >>> import jax
     >>> from flaxen import nnx
-    >>> init = nnx.with_metadata(jax.nn.initializers.ones, out_sharding=(None, 'model'))
+    >>> init = nnx.with_metadata(jax.nn.initializers.ones, out_sharding=(None, 'model'),
+    ...                          eager_sharding=False)
     >>> p = nnx.Param(init(jax.random.key(0), (2, 3)))
-    >>> p.get_metadata('out_sharding')
-    (None, 'model')
+    >>> p.get_metadata('out_sharding'), p.get_metadata('eager_sharding')
+    ((None, 'model'), False)
     """
 
     legacy = {name: metadata.pop(name) for name in _HOOK_NAMES if name in metadata}

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
+from flaxen import errors, nnx
 from flaxen import linen as nn
-from flaxen import nnx
 from flaxen.nnx import _sharding, bridge
 
 PLAIN = {"force_terminal": False, "no_color": True, "width": 400}
@@ -109,7 +109,8 @@ def test_import_nnx_loads_no_linen():
 
 def test_with_partitioning_sets_out_sharding_and_spec():
     init = nnx.with_partitioning(jax.nn.initializers.ones, ("a", None))
-    layer = nnx.Linear(2, 3, kernel_init=init, rngs=nnx.Rngs(0))
+    with nnx.use_eager_sharding(False):  # names only: no mesh to place the values on
+        layer = nnx.Linear(2, 3, kernel_init=init, rngs=nnx.Rngs(0))
     assert layer.kernel.out_sharding == ("a", None)
     assert layer.kernel.mesh is None and "mesh" in layer.kernel.get_metadata()  # as Flax
     assert nnx.spmd.get_var_pspec(layer.kernel) == PartitionSpec("a", None)
@@ -153,8 +154,22 @@ def test_variable_is_sharded_on_creation_with_a_mesh():
     with jax.set_mesh(mesh):
         w = nnx.Param(jnp.ones((2, 2)), out_sharding=(None, "b"))
     assert w.value.sharding.spec == PartitionSpec(None, "b")
-    lazy = nnx.Param(jnp.ones((2, 2)), out_sharding=("a", "b"))  # no mesh: left as is
+    # no mesh anywhere: an error that says how to give one (as Flax), not an unsharded value
+    with pytest.raises(errors.MeshRequiredError, match="An auto mesh context or metadata is "
+                       "required") as info:
+        nnx.Param(jnp.ones((2, 2)), out_sharding=("a", "b"))
+    assert isinstance(info.value, ValueError) and "jax.set_mesh" in str(info.value)
+    with pytest.raises(errors.MeshRequiredError):  # under a trace too
+        jax.jit(lambda x: nnx.Param(x, out_sharding=("a", None))[...])(jnp.ones((2, 2)))
+    lazy = nnx.Param(jnp.ones((2, 2)), out_sharding=("a", "b"), eager_sharding=False)
     assert not isinstance(getattr(lazy.value, "sharding", None), NamedSharding)
+    assert lazy.out_sharding == ("a", "b")
+    # an empty spec asks for nothing; 0.8.3's ``sharding`` spelling only names axes
+    assert nnx.Param(jnp.ones((2, 2)), out_sharding=()).out_sharding == ()
+    from flaxen.experimental import nnx as nnx083
+
+    legacy = nnx083.Param(jnp.ones((2, 2)), sharding=("a", "b"))
+    assert legacy.get_metadata("out_sharding") == ("a", "b")
 
 
 def test_mixed_axis_types_are_rejected():
@@ -229,12 +244,18 @@ def test_to_linen_init_apply_and_methods():
 def test_to_linen_boxes_metadata_for_linen_partition_specs():
     layer = bridge.to_linen(nnx.Linear, 2, 3, kernel_init=nnx.with_partitioning(
         jax.nn.initializers.ones, ("in", "out")))
-    variables = layer.init(jax.random.key(0), jnp.ones((1, 2)))
+    with nnx.use_eager_sharding(False):  # axis names only, no mesh
+        variables = layer.init(jax.random.key(0), jnp.ones((1, 2)))
+        assert layer.apply(variables, jnp.ones((5, 2))).shape == (5, 3)
     kernel = variables["params"]["kernel"]
     assert isinstance(kernel, bridge.NNXMeta)
-    assert kernel.metadata["out_sharding"] == ("in", "out")
+    # the whole metadata travels in the box (as Flax), the modes included: the Variable
+    # rebuilt from it is made as the original was, here without eager sharding
+    assert kernel.metadata == {"out_sharding": ("in", "out"), "mesh": None, "hijax": False,
+                               "ref": False, "eager_sharding": False}
     assert nn.get_partition_spec(variables)["params"]["kernel"] == PartitionSpec("in", "out")
-    assert layer.apply(variables, jnp.ones((5, 2))).shape == (5, 3)
+    with pytest.raises(errors.MeshRequiredError):  # eager sharding asked for, no mesh
+        layer.init(jax.random.key(0), jnp.ones((1, 2)))
 
 
 def test_register_variable_name_names_the_collection():

@@ -236,7 +236,8 @@ def test_scan_sow_inside_stacks_new_intermediates():
 
 
 def test_scan_partition_name_removed_inside_and_kept_outside():
-    v = nnx.Param(jnp.ones((4, 3, 3)), out_sharding=("layers", "din", "dout"))
+    v = nnx.Param(jnp.ones((4, 3, 3)), out_sharding=("layers", "din", "dout"),
+                  eager_sharding=False)  # axis names only, no mesh
     seen = []
 
     @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry,

@@ -142,7 +142,11 @@ def to_linen_var(vs: Variable) -> tp.Any:
         return box_type(**kwargs)
     if is_vanilla_variable(v):
         return value
-    return NNXMeta(type(v), value, _own_metadata(v))
+    # the whole metadata, the modes included (as Flax): the Variable rebuilt from the box
+    # (``to_nnx_variable``, e.g. by ``nn.get_partition_spec``) is created as this one was,
+    # with eager sharding off if it was off here
+    return NNXMeta(type(v), value, {k: val for k, val in metadata.items()
+                                    if not (k.endswith("_hooks") and not val)})
 
 
 def to_nnx_var(col: str, x: tp.Any) -> Variable:
