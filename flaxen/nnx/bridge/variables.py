@@ -169,11 +169,20 @@ def to_nnx_var(col: str, x: tp.Any) -> Variable:
     return vtype(x)
 
 
-def _flatten(tree: tp.Mapping, prefix: tuple = ()) -> dict[tuple, tp.Any]:
+def _sorted_keys(tree: tp.Mapping) -> list:
+    try:
+        return sorted(tree)
+    except TypeError:  # keys of mixed types: their own order
+        return list(tree)
+
+
+def _flatten(tree: tp.Mapping, prefix: tuple = (), *, sort: bool = False
+             ) -> dict[tuple, tp.Any]:
     flat: dict[tuple, tp.Any] = {}
-    for k, v in tree.items():
+    for k in _sorted_keys(tree) if sort else tree:
+        v = tree[k]
         if isinstance(v, tp.Mapping) and v:
-            flat.update(_flatten(v, (*prefix, k)))
+            flat.update(_flatten(v, (*prefix, k), sort=sort))
         else:
             flat[(*prefix, k)] = v
     return flat
@@ -193,10 +202,13 @@ def linen_vars_to_nnx_attrs(variables: tp.Mapping[str, tp.Any]) -> dict[str, tp.
     """Linen ``{collection: {path...: leaf}}`` -> ``{path...: Variable}`` (collections merged:
     the Variable's type records the collection)."""
     flat: dict[tuple, Variable] = {}
-    for col, tree in variables.items():
+    # collections and names in sorted order (as a pytree map of the variables gives them in
+    # Flax): the wrapper's attributes, and so its repr, come in Flax's order
+    for col in _sorted_keys(variables):
+        tree = variables[col]
         if not isinstance(tree, tp.Mapping):
             tree = {}
-        for path, leaf in _flatten(tree).items():
+        for path, leaf in _flatten(tree, sort=True).items():
             if path in flat:
                 raise ValueError(
                     f"Variable path {'/'.join(map(str, path))!r} is in both collection "
