@@ -349,10 +349,10 @@ class Lift:
             refs = flat.refs if flat is not None else []
             idxmap = {new: refs[old] for new, old in out.idx_pairs}
             roots, self.built = eng.unflatten(out.graphdef.defs, values, idxmap)
-        else:  # eval_shape: leave the inputs alone, build only what came out
-            n_in = out.n_input_leaves
-            roots, self.built = eng.unflatten(out.graphdef.defs[out.n_inputs:], values[n_in:])
-            roots = [None] * out.n_inputs + roots
+        else:  # eval_shape: leave the inputs alone, build what came out from fresh objects
+            # (an output may hold an input object, or a part of one: its abstract copy, as
+            # in Flax, so the inputs are rebuilt too rather than referenced)
+            roots, self.built = eng.unflatten(out.graphdef.defs, values)
         leaves = list(out_leaves)
         for p, n in zip(out.out_node_pos, roots[out.n_inputs:]):
             leaves[p] = n

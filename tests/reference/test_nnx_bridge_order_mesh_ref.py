@@ -93,3 +93,30 @@ def test_remat_static_argnums_same_gradient():
     ours, theirs = _remat_grad(nnx), _remat_grad(fnnx)
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def _abstract_specs(lib, **modes):
+    mesh = jax.make_mesh((1, 1), ("data", "model"),
+                         axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+    def make():
+        init = lib.with_partitioning(lib.initializers.lecun_normal(), (None, "model"))
+        return lib.Linear(2, 4, kernel_init=init, rngs=lib.Rngs(0))
+
+    with jax.set_mesh(mesh):
+        m = lib.eval_shape(make, **modes)
+    return [getattr(getattr(v.get_raw_value(), "sharding", None), "spec", None)
+            for v in (m.kernel, m.bias)]
+
+
+@pytest.mark.parametrize("modes", [{}, {"graph_updates": False}, {"graph": False}])
+def test_eval_shape_shardings_as_flax(modes):
+    assert _abstract_specs(nnx, **modes) == _abstract_specs(fnnx, **modes)
+
+
+def test_eval_shape_of_an_input_as_flax():
+    def run(lib):
+        m = lib.Linear(2, 3, rngs=lib.Rngs(0))
+        out = lib.eval_shape(lambda m: m, m)
+        return out is m, type(out.kernel.get_raw_value()).__name__
+    assert run(nnx) == run(fnnx)
