@@ -171,15 +171,17 @@ def shard_value(value: tp.Any, out_sharding: tp.Any, sharding_rules: Rules | Non
     _check_axis_types(mesh)
     if _is_traced(value):
         if sharding is None:
-            sharding = NamedSharding(mesh, spec) if not isinstance(
-                mesh, jax.sharding.AbstractMesh) else spec
+            # a NamedSharding on the abstract mesh too: building it checks the spec's axes
+            # against the mesh (an unknown axis is an error here, as in Flax)
+            sharding = NamedSharding(mesh, spec)
         if _all_explicit(mesh):
             return jax.sharding.reshard(value, sharding)
         return jax.lax.with_sharding_constraint(value, sharding)
     if sharding is None:
         if isinstance(mesh, jax.sharding.AbstractMesh):
             concrete = _concrete_mesh()
-            if concrete is None:
+            if concrete is None:  # nothing to place it on; the names must still fit
+                NamedSharding(mesh, spec)  # raises for an axis the mesh lacks, as Flax
                 return value
             mesh = concrete
         sharding = NamedSharding(mesh, spec)

@@ -404,3 +404,21 @@ def test_linen_layers_made_in_a_compact_bridge_method_get_their_params_on_apply(
     k1 = params["Dense2_0"]["inner"]["kernel"]
     k2 = params["second"]["inner"]["kernel"]
     np.testing.assert_allclose(np.asarray(y), np.asarray(x @ k1 @ k2), rtol=1e-6)
+
+
+@pytest.mark.parametrize("where", ["eager", "vmap", "jit"])
+def test_annotation_naming_an_axis_the_mesh_lacks_is_refused(where):
+    def make(rngs):
+        init = nnx.with_partitioning(nnx.initializers.lecun_normal(), ("zz", None))
+        return nnx.Linear(2, 2, kernel_init=init, rngs=rngs)
+
+    build = {"eager": make,
+             "vmap": nnx.vmap(make, in_axes=None, out_axes=0, axis_size=3),
+             "jit": nnx.jit(make)}[where]
+    with jax.set_mesh(_mesh()), pytest.raises(ValueError, match="zz"):
+        build(nnx.Rngs(0))
+    with jax.set_mesh(_mesh(("zz", "b"))):  # the same annotation on a mesh that has the axis
+        m = build(nnx.Rngs(0))
+    # (without a partition name vmap adds no entry for its axis, as in Flax)
+    assert m.kernel.out_sharding == ("zz", None)
+    assert m.kernel.shape == ((3, 2, 2) if where == "vmap" else (2, 2))
