@@ -379,9 +379,10 @@ class Variable(ArrayOps, _reprlib.Representable, tp.Generic[A], metaclass=Variab
     def _check_trace(self, what: str) -> None:
         if self._trace_state is not _trace.current_trace() and not self.hijax:
             raise TraceContextError(
-                f"Cannot set {what!r} of a {type(self).__name__} created under a different JAX "
-                "trace (it was probably captured by closure inside a transform). Pass the "
-                "module as an argument of the nnx transform instead, so its state is traced."
+                f"Cannot mutate {type(self).__name__} from a different trace level: tried to "
+                f"set {what!r} of a {type(self).__name__} created under a different JAX trace (it "
+                "was probably captured by closure inside a transform). Pass the module as an "
+                "argument of the nnx transform instead, so its state is traced."
             )
 
     # -- metadata API ---------------------------------------------------------------------

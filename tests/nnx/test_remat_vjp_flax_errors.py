@@ -57,3 +57,19 @@ def test_vjp_in_functional_mode_still_works():
     out, pullback = nnx.vjp(lambda x: jnp.sin(x), jnp.array(0.0), graph_updates=False)
     assert float(pullback(jnp.array(1.0))[0]) == pytest.approx(1.0)
     assert float(out) == 0.0
+
+
+def test_mutating_a_captured_variable_names_flax_phrase_and_the_fix():
+    import jax
+
+    p = nnx.Param(jnp.ones(2))
+
+    @jax.jit
+    def f(x):
+        p[...] = x  # captured by closure: another trace's Variable
+        return x
+
+    with pytest.raises(errors.TraceContextError,
+                       match="Cannot mutate Param from a different trace level") as info:
+        f(jnp.zeros(2))
+    assert "as an argument of the nnx transform" in str(info.value)
