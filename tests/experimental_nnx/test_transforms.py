@@ -273,3 +273,10 @@ def test_experimental_path_is_same_objects():
     from flaxen.experimental import nnx as enx
 
     assert enx.Linear is nnx.Linear and enx.jit is nnx.jit and enx.Rngs is nnx.Rngs
+
+
+def test_eval_shape_returning_an_input_gives_its_abstract_copy():
+    m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    out = nnx.eval_shape(lambda m: m, m)
+    assert out is not m and isinstance(out.kernel.value, jax.ShapeDtypeStruct)
+    assert out.kernel.value.shape == (2, 3) and isinstance(m.kernel.value, jax.Array)

@@ -60,3 +60,10 @@ def test_no_mesh_no_sharding_and_functional_modes_untouched():
     with jax.set_mesh(mesh):  # Flax adds shardings in graph-updates mode only
         f = nnx.eval_shape(_make, graph_updates=False)
     assert _abstract(f.bias).sharding is None
+
+
+def test_jit_eval_shape_of_a_function_returning_its_input():
+    m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    out = nnx.jit(lambda m: m).eval_shape(m)
+    assert out is not m and isinstance(_abstract(out.kernel), jax.ShapeDtypeStruct)
+    assert isinstance(m.kernel[...], jax.Array)
