@@ -32,6 +32,7 @@ __all__ = [
     "NNXTransformError",
     "NNXUnsupportedError",
     "MeshRequiredError",
+    "BatchSizeError",
     "NNXRulesMissingError",
     "NNXFilterError",
     "NNXError",
@@ -579,6 +580,16 @@ class NNXUnsupportedError(NNXTransformError, NotImplementedError):
     """
 
     default_fix = "See the transform's docstring for the modes and arguments it supports."
+
+
+class BatchSizeError(FlaxError, ValueError, AssertionError):
+    """The batched arguments of a data-parallel helper (``jax_utils.pad_shard_unpad``) have
+    no batch size to go by, or disagree on it; an ``AssertionError`` too, as Flax's ``assert``
+    raises there.
+
+    >>> isinstance(BatchSizeError('sizes 3 and 4: give them one size'), AssertionError)
+    True
+    """
 
 
 class MeshRequiredError(FlaxError, ValueError):

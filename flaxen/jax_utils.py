@@ -36,6 +36,8 @@ from jax.extend import linear_util as _lu
 from jax.interpreters import partial_eval as _pe
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from flaxen.errors import BatchSizeError
+
 __all__ = [
     "pad_shard_unpad",
     "partial_eval_by_shape",
@@ -133,8 +135,9 @@ def prefetch_to_device(iterator: Iterable[Any], size: int,
                        axis_name: str = _DEVICE_AXIS) -> Iterator[Any]:
     """Yield the items of ``iterator`` with their arrays already split across ``devices``.
 
-    Each leaf's first axis must equal the number of devices; row ``i`` goes to device
-    ``i`` (``jax.local_devices()`` order by default, as ``jax.pmap`` expects). Up to
+    Each leaf's first axis must be a multiple of the number of devices; it is cut into equal
+    consecutive blocks, block ``i`` going to device ``i`` (``jax.local_devices()`` order by
+    default, as ``jax.pmap`` expects; with one row per device, row ``i``). Up to
     ``size`` items are transferred ahead, so host-to-device copies overlap the
     computation on earlier items (2 is usually best on GPUs). The arrays are sharded over a
     one-axis mesh of ``devices`` whose axis is called ``axis_name``.
@@ -155,11 +158,12 @@ def prefetch_to_device(iterator: Iterable[Any], size: int,
 
     def check(path: tuple, x: Any) -> Any:
         shape = np.shape(x)
-        if not shape or shape[0] != len(devices):
+        if not shape or shape[0] % len(devices):
             raise ValueError(
                 f"prefetch_to_device: leaf {_path_str(path)} has shape {shape}, but its "
-                f"first axis must equal the number of devices ({len(devices)}). Reshape "
-                f"each batch to ({len(devices)}, per_device_batch, ...) first."
+                f"first axis must be a multiple of the number of devices ({len(devices)}), "
+                f"to be split evenly across them. Reshape each batch to "
+                f"({len(devices)}, per_device_batch, ...) first, or drop the last rows."
             )
         return x
 
@@ -316,14 +320,14 @@ def _common_batch_size(dynamic: dict[str, Any]) -> int:
                 )
             sizes.setdefault(shape[0], where)
     if not sizes:
-        raise ValueError(
+        raise BatchSizeError(
             "pad_shard_unpad: no non-static array argument to take the batch size from. "
             "Pass at least one batched array that is not in static_argnums / "
             "static_argnames."
         )
     if len(sizes) > 1:
         found = ", ".join(f"{where} has {size}" for size, where in sorted(sizes.items()))
-        raise ValueError(
+        raise BatchSizeError(
             f"pad_shard_unpad: non-static arguments disagree on the batch size ({found}). "
             "Give them the same leading dimension, or mark the odd ones static."
         )

@@ -91,6 +91,15 @@ def test_prefetch_yields_every_item_in_order_sharded():
         assert item["x"].addressable_shards[0].data.shape == (1, 2)
 
 
+def test_prefetch_splits_a_multiple_of_the_devices_in_blocks():
+    x = np.arange(2 * N_DEV * 3, dtype=np.float32).reshape(2 * N_DEV, 3)
+    (item,) = jax_utils.prefetch_to_device(iter([x]), 1)
+    np.testing.assert_array_equal(item, x)
+    shards = sorted(item.addressable_shards, key=lambda s: s.index[0].start)
+    assert [s.data.shape for s in shards] == [(2, 3)] * N_DEV
+    np.testing.assert_array_equal(shards[1].data, x[2:4])  # consecutive rows per device
+
+
 def test_prefetch_reads_only_size_items_ahead():
     consumed = []
 
@@ -246,11 +255,12 @@ def test_jax_array_inputs_are_accepted():
 
 def test_pad_shard_unpad_errors_are_explicit():
     ident = jax_utils.pad_shard_unpad(lambda p, x, y: x)
-    with pytest.raises(ValueError, match=r"args\[1\] has 5.*args\[2\] has 7"):
+    with pytest.raises(ValueError, match=r"args\[1\] has 5.*args\[2\] has 7") as info:
         ident(None, np.ones(5), np.ones(7))
+    assert isinstance(info.value, AssertionError)  # what Flax's assert raises
     with pytest.raises(ValueError, match=r"args\[2\] is a scalar"):
         ident(None, np.ones(5), 3.0)
-    with pytest.raises(ValueError, match="no non-static array"):
+    with pytest.raises(AssertionError, match="no non-static array"):
         jax_utils.pad_shard_unpad(lambda p: p)(np.ones(3))
     reduce = jax_utils.pad_shard_unpad(lambda p, x: {"loss": x.sum(axis=1)})
     with pytest.raises(ValueError, match=r"\['loss'\].*static_return=True"):

@@ -195,29 +195,29 @@ def causal_padding(
 def circular_fold(
     y: jnp.ndarray,
     input_spatial: Sequence[int],
-    kernel_size: Sequence[int],
     strides: Sequence[int],
-    dilation: Sequence[int],
+    transpose_kernel: bool = False,
 ) -> jnp.ndarray:
     """Wraps a VALID transposed-convolution output onto the periodic output grid.
 
-    Each spatial output has period ``input_size * stride``; the overhang beyond it is added
-    back at the start, and the result is shifted so that it is centred like 'SAME'.
+    Each spatial output has period ``input_size * stride``; output position ``i`` lands on
+    ``(i + lead) % period``, where ``lead`` centres the overhang as the layers' 'CIRCULAR'
+    padding does: the overhang ``e`` beyond the period is completed to a whole number of
+    periods, its odd unit going before the data, or after it for a ``transpose_kernel``
+    layer (which then computes the transpose of the matching ``Conv``).
     """
-    for axis, (n, k, s) in enumerate(
-        zip(input_spatial, dilated_sizes(kernel_size, dilation), strides), start=1
-    ):
-        period = n * s
+    for axis, period in enumerate((n * s for n, s in zip(input_spatial, strides)), start=1):
         size = y.shape[axis]
+        fill = (period - size) % (2 * period)
+        lead = fill // 2 if transpose_kernel else (fill + 1) // 2
         chunks = -(-size // period)
         if chunks * period != size:
             pad = [(0, 0)] * y.ndim
             pad[axis] = (0, chunks * period - size)
             y = jnp.pad(y, pad)
         y = y.reshape(y.shape[:axis] + (chunks, period) + y.shape[axis + 1 :]).sum(axis=axis)
-        shift = max(k - s, 0) // 2
-        if shift:
-            y = jnp.roll(y, -shift, axis=axis)
+        if lead % period:
+            y = jnp.roll(y, lead, axis=axis)
     return y
 
 

@@ -301,7 +301,7 @@ class ConvTranspose(Module):
             preferred_element_type=self.preferred_element_type,
         )
         if circular:
-            y = cm.circular_fold(y, inputs.shape[1:-1], kernel_size, strides, kernel_dilation)
+            y = cm.circular_fold(y, inputs.shape[1:-1], strides, self.transpose_kernel)
         if bias is not None:
             y += jnp.reshape(bias, (1,) * (y.ndim - bias.ndim) + bias.shape)
         return cm.restore_batch(y, batch_shape)

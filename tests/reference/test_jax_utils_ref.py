@@ -45,8 +45,10 @@ def test_pmean_matches():
     _same_tree(ours, run(ref))
 
 
-def test_prefetch_matches():
-    items = [{"x": np.full((8, 3), i, np.float32)} for i in range(4)]
+@pytest.mark.parametrize("rows", [8, 16])
+def test_prefetch_matches(rows):
+    items = [{"x": np.full((rows, 3), i, np.float32) + np.arange(rows)[:, None]}
+             for i in range(4)]
     ours = list(jax_utils.prefetch_to_device(iter(items), 2))
     theirs = list(ref.prefetch_to_device(iter(items), 2))
     _same_tree(ours, theirs)

@@ -25,6 +25,7 @@ from jax import lax
 
 from flaxen.layer_math import convolution as cm
 from flaxen.layer_math import initializers
+from flaxen.layer_math.errors import LayerShapeError
 from flaxen.nnx.module import Module
 from flaxen.nnx.nn import dtypes
 from flaxen.nnx.nn._common import _value, check_features, new_param
@@ -99,7 +100,7 @@ class Conv(Module):
         # attribute order is Flax's (repr and treescope list them in this order)
         kernel_size = _kernel_size(kernel_size)
         if in_features % feature_group_count:
-            raise ValueError(
+            raise LayerShapeError(  # an AssertionError too, as Flax's assert raises
                 f"Conv: in_features ({in_features}) must be divisible by feature_group_count "
                 f"({feature_group_count}): each group convolves in_features // groups channels."
             )
@@ -273,7 +274,7 @@ class ConvTranspose(Module):
             preferred_element_type=self.preferred_element_type,
         )
         if circular:
-            y = cm.circular_fold(y, inputs.shape[1:-1], kernel_size, strides, kernel_dilation)
+            y = cm.circular_fold(y, inputs.shape[1:-1], strides, self.transpose_kernel)
         if bias is not None:
             y += jnp.reshape(bias, (1,) * (y.ndim - bias.ndim) + bias.shape)
         return cm.restore_batch(y, batch_shape)
