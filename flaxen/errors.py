@@ -33,6 +33,7 @@ __all__ = [
     "NNXUnsupportedError",
     "MeshRequiredError",
     "BatchSizeError",
+    "CarryStructureError",
     "NNXRulesMissingError",
     "NNXFilterError",
     "NNXError",
@@ -588,6 +589,17 @@ class BatchSizeError(FlaxError, ValueError, AssertionError):
     raises there.
 
     >>> isinstance(BatchSizeError('sizes 3 and 4: give them one size'), AssertionError)
+    True
+    """
+
+
+class CarryStructureError(FlaxError, ValueError, TypeError):
+    """The carried variables of a lifted loop (``nn.scan``'s ``variable_carry``,
+    ``nn.while_loop``'s ``carry_variables``) changed structure inside the body, e.g. a
+    variable was created there; a ``TypeError`` too, as JAX's loops raise for a carry whose
+    type changes.
+
+    >>> isinstance(CarryStructureError('create it before the loop'), TypeError)
     True
     """
 

@@ -53,6 +53,7 @@ CASES = {
     "NNXFilterError": ("<filter>", "3.5 is not a filter", "use a type or a string"),
     "NNXTransformError": ("jit/args/1", "a list is not hashable", "pass a tuple"),
     "MeshRequiredError": (("model", None),),
+    "CarryStructureError": ("while_loop: the carry changed; make the variable before the loop",),
     "BatchSizeError": ("pad_shard_unpad: sizes 3 and 4 differ; give them one size",),
     "NNXUnsupportedError": ("", "graph-mode with graph_updates is not supported for nnx.vjp",
                             "pass graph_updates=False"),

@@ -24,6 +24,7 @@ from flaxen.core._packing import _split_in_out_axes, _unzip, pack, tree_map_rngs
 from flaxen.core._rng import LazyRng
 from flaxen.core.axes_scan import broadcast
 from flaxen.core.scope import Scope
+from flaxen.errors import CarryStructureError
 
 _map_rngs = tree_map_rngs
 
@@ -259,7 +260,7 @@ def _merge_cols(old: dict, new: dict) -> dict:
 
 def _check_carry(before: tuple, after: tuple) -> None:
     if jax.tree_util.tree_structure(before) != jax.tree_util.tree_structure(after):  # type: ignore[operator]
-        raise ValueError(
+        raise CarryStructureError(
             "A variable_carry collection changed structure inside the scan body (variables "
             f"before: {jax.tree_util.tree_structure(before)}, after: "
             f"{jax.tree_util.tree_structure(after)}). Carry variables cannot be created inside "

@@ -24,6 +24,7 @@ from flaxen.core._lift_maps import scan
 from flaxen.core._packing import _squeeze_scopes, _unsqueeze_scopes, pack, tree_map_rngs
 from flaxen.core._rng import LazyRng
 from flaxen.core.scope import Scope
+from flaxen.errors import CarryStructureError
 
 C = TypeVar("C")
 
@@ -494,7 +495,7 @@ def while_loop(
             c = body_fn(inner_scope, c)
             cvars_out = repack_fn(inner_scope)[0]
             if jax.tree_util.tree_structure(cvars_out) != jax.tree_util.tree_structure(cvars):
-                raise ValueError(
+                raise CarryStructureError(
                     "while_loop: the carry variables changed structure in the body. Variables "
                     "cannot be created inside a while_loop body; create them before the loop."
                 )
