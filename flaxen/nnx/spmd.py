@@ -238,20 +238,22 @@ def remove_axis(tree: A, index: int, transform_metadata: tp.Mapping) -> A:
 # -- abstract models ----------------------------------------------------------------------------
 
 
-def _abstract_value(x: Variable, mesh: tp.Any = None) -> tp.Any:
-    """The sharded ``ShapeDtypeStruct`` for abstract Variable ``x``, or None to keep it."""
+def _abstract_value(x: Variable, mesh: tp.Any = None, *, unannotated: bool = False) -> tp.Any:
+    """The sharded ``ShapeDtypeStruct`` for abstract Variable ``x``, or None to keep it.
+    With ``unannotated``, a Variable without ``out_sharding`` gets one too (``P()``), as
+    ``nnx.eval_shape`` gives its outputs."""
     value = _raw(x)
     meta = _metadata(x)
-    if not (hasattr(value, "shape") and hasattr(value, "dtype")) or not _names(meta):
+    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
         return None
-    if getattr(value, "sharding", None) is not None:
+    if not (unannotated or _names(meta)) or getattr(value, "sharding", None) is not None:
         return None
     var_mesh = meta.get("mesh") or mesh or jax.sharding.get_abstract_mesh()
     if var_mesh is None or getattr(var_mesh, "empty", False):
         return None
-    # annotated (checked above), so the spec is never None
-    sharding = NamedSharding(var_mesh, get_var_pspec(x))  # type: ignore[arg-type]
-    return jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=sharding)
+    sharding = NamedSharding(var_mesh, get_var_pspec(x) or PartitionSpec())
+    return jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=sharding,
+                                weak_type=getattr(value, "weak_type", False))
 
 
 def _set_raw(var: Variable, value: tp.Any) -> None:

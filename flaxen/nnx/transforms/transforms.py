@@ -23,13 +23,12 @@ import typing as tp
 
 import jax
 from jax.experimental import checkify as _checkify
-from jax.sharding import NamedSharding, PartitionSpec
 
 from flaxen import traceback_util
 from flaxen.errors import NNXTransformError
 from flaxen.nnx import _lift
 from flaxen.nnx.proxy_caller import CallableProxy, DelayedAccessor
-from flaxen.nnx.spmd import get_var_pspec
+from flaxen.nnx.spmd import _abstract_value, _set_raw
 from flaxen.nnx.transforms import _functional
 from flaxen.nnx.transforms._branches import cond, switch
 from flaxen.nnx.transforms._callable_types import (
@@ -94,20 +93,11 @@ def _shard_abstract(objects: tp.Iterable[tp.Any]) -> None:
     ``NamedSharding`` its ``out_sharding`` names (``P()`` without) on its ``mesh`` metadata
     or the mesh set by ``jax.set_mesh``, as Flax's eval_shape does; nothing without a mesh,
     and nothing where JAX already gave a sharding (an Explicit mesh)."""
-    current = jax.sharding.get_abstract_mesh()
-    default = None if current is None or not current.axis_sizes else current
     for var in objects:
-        if not isinstance(var, Variable):
-            continue
-        value = var.get_raw_value()
-        if type(value) is not jax.ShapeDtypeStruct or value.sharding is not None:
-            continue
-        mesh = var.get_metadata("mesh", None) or default
-        if mesh is None:
-            continue
-        sharding = NamedSharding(mesh, get_var_pspec(var) or PartitionSpec())
-        object.__setattr__(var, "raw_value", jax.ShapeDtypeStruct(
-            value.shape, value.dtype, sharding=sharding, weak_type=value.weak_type))
+        if isinstance(var, Variable):
+            new = _abstract_value(var, unannotated=True)
+            if new is not None:
+                _set_raw(var, new)
 
 
 # -- checkify ---------------------------------------------------------------------------------
