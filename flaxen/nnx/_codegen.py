@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import itertools
 import operator
+import sys
 import types
 import typing as tp
 from collections.abc import Mapping
@@ -219,6 +220,17 @@ def _emit_nest(src: _Source, trie: dict) -> str:
     return name
 
 
+def _emit_type_guard(src: _Source, names: tp.Sequence[str], types: tp.Sequence[type]) -> None:
+    """Lines returning :data:`MISS` unless each variable in ``names`` is exactly of its type.
+    Chained ``type(x) is not T`` tests: about half the cost of comparing a tuple of
+    ``map(type, ...)`` against a constant one (the exactness matters: an indexable Variable
+    or another Mapping must not pass for a level)."""
+    for start in range(0, len(names), 64):  # a line per 64 tests keeps the source readable
+        tests = " or ".join(f"_type({n}) is not {src.const(t)}"
+                            for n, t in zip(names[start:start + 64], types[start:start + 64]))
+        src.lines.append(f"if {tests}: return _MISS")
+
+
 def make_lookup_fn(paths: tp.Sequence[tuple]) -> tp.Callable[[tp.Any], tp.Any] | None:
     """``fn(state) -> [leaf, ...]`` reading ``paths`` (in that order) out of one State that
     holds exactly those paths and nothing else, or :data:`MISS` for any other argument (a
@@ -260,13 +272,11 @@ def _emit_lookup(src: _Source, trie: dict, leaf_types: tp.Mapping[int, type], n:
     lookup(trie, "m0")
     ln.append("except Exception:")
     ln.append("    return _MISS")
-    # one C-level pass: every nested level (a Variable or other object that can be indexed
-    # must not pass for one) and every typed leaf against a constant tuple
+    # every nested level (a Variable or other object that can be indexed must not pass for
+    # one) and every typed leaf, exactly
     names = nested + [f"l{i}" for i in sorted(leaf_types)]
-    if names:
-        want = (dict,) * len(nested) + tuple(leaf_types[i] for i in sorted(leaf_types))
-        ln.append(f"if _tuple(_map(_type, ({', '.join(names)},))) != {src.const(want)}: "
-                  "return _MISS")
+    want = [dict] * len(nested) + [leaf_types[i] for i in sorted(leaf_types)]
+    _emit_type_guard(src, names, want)
     rest = [f"l{i}" for i in range(n) if i not in leaf_types]
     if rest:
         ln.append(f"for t in _set(_map(_type, ({', '.join(rest)},))):")
@@ -297,8 +307,7 @@ def make_merge_fn(defs: tuple, variables: bool = False, snapshot: type | None = 
     src = _Source()
     ln = src.lines
     # Every lookup first, in one try block (a missing key or a non-State in the way ends
-    # it), then the exact type of every State and leaf checked at once against a constant
-    # tuple: one C-level pass instead of a Python test per object.
+    # it), then the exact type of every level and leaf (_emit_type_guard).
     ln.append("try:")
     ln.append("    m0 = s._mapping")
     checked: list[str] = []
@@ -321,9 +330,7 @@ def make_merge_fn(defs: tuple, variables: bool = False, snapshot: type | None = 
     lookup(trie, "m0")
     ln.append("except Exception:")
     ln.append("    return _MISS")
-    if checked:
-        ln.append(f"if _tuple(_map(_type, ({', '.join(checked)},))) != "
-                  f"{src.const(tuple(expected))}: return _MISS")
+    _emit_type_guard(src, checked, expected)
     build_from = len(ln)
     ln.append("tr = _current_trace()")
     body: list[str] = []
@@ -360,7 +367,9 @@ def make_merge_fn(defs: tuple, variables: bool = False, snapshot: type | None = 
                 return "None"
             o = f"o{d.index}"
             str_keys = d.type._graph_int_keys
-            keys = [str(k) if str_keys else k for k, _ in d.attributes]
+            # interned: the generated stores' constant keys are then the template's own
+            # objects, and a dict store that matches by identity skips the string compare
+            keys = [sys.intern(str(k)) if str_keys else k for k, _ in d.attributes]
             # the template keeps the attribute order; data slots are filled in below
             template = {k: (sub.get() if type(sub) is Static else None)
                         for k, (_, sub) in zip(keys, d.attributes)}
@@ -524,7 +533,7 @@ def _emit_tree_build(src: _Source, treedef: tp.Any, path_index: tp.Sequence[tupl
             return f"{src.const(td)}.unflatten([{leaves}])"
         data_keys, static_keys, static_values, status = aux
         str_keys = typ._graph_int_keys
-        names = [str(k) if str_keys else k for k in data_keys]
+        names = [sys.intern(str(k)) if str_keys else k for k in data_keys]  # see make_merge_fn
         exprs = [build(c) for c in kids]
         o = src.fresh("o")
         line = f"{o} = _new({src.const(typ)})"

@@ -123,3 +123,21 @@ def test_generated_merge_inside_jit_belongs_to_that_trace():
 
     f(st)
     assert not hasattr(outside.a, "tag")
+
+
+class _IndexableLevel(dict):
+    """Behaves like a level for a lookup, but is not exactly a dict."""
+
+
+def test_a_level_that_only_looks_like_a_dict_is_not_taken_for_one():
+    gd, st = _warm(Stack(2))
+    odd = nnx.State(dict(st.raw_mapping))
+    odd._mapping["layers"] = _IndexableLevel(st.raw_mapping["layers"])  # past State's own copy
+    fn = gd._merge_fn
+    assert fn(odd) is graphlib._codegen.MISS
+    assert fn(st) is not graphlib._codegen.MISS
+    # a leaf of another Variable type in the generated lookup also misses
+    swapped = nnx.State(dict(st.raw_mapping))
+    swapped._mapping["norm"] = {"scale": nnx.BatchStat(jnp.ones(2)),
+                                "bias": st["norm"]["bias"]}
+    assert fn(swapped) is graphlib._codegen.MISS
