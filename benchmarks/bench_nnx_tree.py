@@ -102,9 +102,37 @@ def _merge(quick: bool, mapped: bool = False) -> Result:
         impls[name] = lambda m=m, gd=gd, st=st: m.merge(gd, st)
     leaves, treedef = jax.tree_util.tree_flatten(_params(_N, _WIDTH))
     impls["jax"] = lambda: treedef.unflatten(leaves)
+    impls["floor"] = _object_floor(impls["flaxen"]())
     what = "a tree_map'd State" if mapped else "split's State"
     return compare(SUITE, f"merge (graph, {what}) {_N} layers", impls,
-                   rounds=5 if quick else 9, note="jax = pytree unflatten")
+                   rounds=5 if quick else 9,
+                   note="jax = pytree unflatten; floor = CPython making the same objects")
+
+
+def _object_floor(model):
+    """The least any merge into these classes can cost in CPython: one ``object.__new__``
+    and one copy of a finished attribute dict per graph node (what the merged model holds),
+    nothing looked up or placed. A Module's class has a managed ``__dict__`` (3.11+), so
+    each node costs an object, its inline-values block and a dict, where an unflatten makes
+    only the dict."""
+    import collections
+
+    from flaxen import nnx
+
+    nodes = [n for _, n in nnx.iter_graph(model) if isinstance(n, nnx.Pytree)]
+    classes = tuple(type(n) for n in nodes)
+    dicts = tuple(dict(vars(n)) for n in nodes)
+    # the ``__dict__`` descriptor all graph nodes share (their most basic class's)
+    set_dict = next(k.__dict__["__dict__"] for k in reversed(nnx.Pytree.__mro__)
+                    if "__dict__" in k.__dict__).__set__
+    new, copy, drain = object.__new__, dict.copy, collections.deque(maxlen=0).extend
+
+    def floor():
+        objs = list(map(new, classes))
+        drain(map(set_dict, objs, map(copy, dicts)))
+        return objs
+
+    return floor
 
 
 def _pair_split_merge(quick: bool, graph: bool) -> Result:
