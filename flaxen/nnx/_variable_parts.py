@@ -1,8 +1,9 @@
 """The parts of a Variable that stand without the Variable class.
 
 :mod:`flaxen.nnx.variablelib` builds ``Variable`` from these and re-exports every name here;
-the public ones (``Empty``/``EMPTY``, ``MISSING``, ``is_array_ref``, ``variable_repr_items``)
-report ``variablelib`` as their ``__module__``, their public home. The parts:
+the public ones (``Empty``/``EMPTY``, ``is_array_ref``, ``variable_repr_items``) report
+``variablelib`` as their ``__module__``, their public home (``MISSING`` is
+:data:`flaxen.typing.MISSING`, as in Flax). The parts:
 
 - markers: ``EMPTY`` (a Variable slot whose value is absent), ``MISSING`` (an argument not
   given), and the metadata every Variable carries with its defaults (``hijax``, ``ref``,
@@ -25,6 +26,7 @@ import jax
 
 from flaxen.errors import InvalidNNXValueError
 from flaxen.nnx import reprlib as _reprlib
+from flaxen.typing import MISSING, Missing, SizeBytes  # noqa: F401 - Missing: as in Flax
 
 # the public names' home: they are imported and re-exported by it
 _HOME = "flaxen.nnx.variablelib"
@@ -52,15 +54,6 @@ EMPTY = Empty()
 jax.tree_util.register_pytree_node(Empty, lambda e: ((), None), lambda aux, c: EMPTY)
 
 
-class _Missing:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-_Missing.__module__ = _HOME  # MISSING is public there, and reports its class's __module__
-MISSING: tp.Any = _Missing()
 _DEFAULT_REQUIRED = {"hijax": False, "ref": False, "eager_sharding": True}
 
 
@@ -162,7 +155,6 @@ def variable_repr_items(type_name: str, value: tp.Any, metadata: tp.Mapping[str,
     ``raw_value`` when given, else of ``value``), the value, then the metadata that differs
     from the defaults every Variable carries."""
     from flaxen import config
-    from flaxen.typing import SizeBytes
 
     stats = SizeBytes.from_any(value if raw_value is MISSING else raw_value)
     yield _reprlib.Object(type=type_name, comment=f" # {stats}" if stats else "")

@@ -59,11 +59,12 @@ from flaxen.nnx._variable_parts import (  # what Variable needs that needs no Va
     EMPTY,
     MISSING,
     Empty,
+    Missing,  # noqa: F401 - importable from here, as in Flax
+    SizeBytes,  # noqa: F401 - importable from here, as in Flax
     _as_hooks,
     _axis_args,
     _check_hooks_free,
     _leaves_equal,
-    _Missing,  # noqa: F401
     _pick,
     _ref_read,
     _remap_sharding,
