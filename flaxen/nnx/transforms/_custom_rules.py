@@ -70,10 +70,15 @@ class _Plan:
         defs = lift.static.defs
         occ = occurrences(defs) if defs else []
         self.arg_leaves: list[range] = []
+        # each argument's structure with its graph nodes as leaves: the shape of its
+        # cotangent in graph mode (a State in place of each node, arrays as arrays)
+        self.arg_treedefs: list[tp.Any] = []
         start = 0
         for a in args:
-            n = len(jax.tree_util.tree_leaves(a, is_leaf=_lift.is_node))
+            leaves, treedef = jax.tree_util.tree_flatten(a, is_leaf=_lift.is_node)
+            n = len(leaves)
             self.arg_leaves.append(range(start, start + n))
+            self.arg_treedefs.append(treedef)
             start += n
         root_of = {p: r for r, p in enumerate(lift.static.node_pos)}
         self.root_of = root_of
@@ -254,11 +259,28 @@ class _CustomVjpBase:
         """The user's per-argument cotangents as the (values, leaves) of the diff inputs."""
         ct_v: dict[int, tp.Any] = {}
         ct_l: dict[int, tp.Any] = {}
+        diff_l = set(plan.diff_l)
         for k, ct in zip(plan.diff_args, per_arg):
             if ct is None:
                 continue
             items = plan.arg_values[k]
             if from_state:
+                parts = _graph_ct_parts(plan, k, ct)
+                if parts is not None:
+                    for p, x in zip(plan.arg_leaves[k], parts):
+                        if x is None:
+                            continue
+                        r = plan.root_of.get(p)
+                        if r is None:
+                            if p in diff_l:
+                                ct_l[p] = getattr(x, "raw_value", x)
+                            continue
+                        flat = _flat_mapping(x) if hasattr(x, "flat_state") else {}
+                        for path, i in plan.occ[r]:
+                            leaf = flat.get(path)
+                            if leaf is not None:
+                                ct_v[i] = getattr(leaf, "raw_value", leaf)
+                    continue
                 flat = {}
                 if hasattr(ct, "flat_state"):
                     flat = _flat_mapping(ct)
@@ -285,7 +307,7 @@ class _CustomVjpBase:
                 if j is not None and tvals[j] is not None:
                     ct_v[i] = tvals[j]
             plain = [x for x in tl.leaves if x is not None]
-            mine = [p for p in plan.arg_leaves[k] if p in set(plan.diff_l)]
+            mine = [p for p in plan.arg_leaves[k] if p in diff_l]
             for p, x in zip(mine, plain):
                 ct_l[p] = x
         return ([ct_v.get(i) for i in plan.diff_v], [ct_l.get(p) for p in plan.diff_l])
@@ -295,17 +317,25 @@ class _CustomVjpBase:
         ct_values, ct_out_leaves = cts
         lift = plan.lift
         n_in = aux.n_input_leaves
+        # as Flax: each differentiated argument's shape, a State of the updates' cotangents
+        # in place of each graph node and None in place of everything else
         ins_g = []
         for k in plan.diff_args:
-            items = plan.arg_values[k]
-            pieces = []
-            for path, i in items:
-                x = ct_values[i] if i < n_in else None
-                obj = lift.leaf_objs[i]
-                d = type(obj)
-                pieces.append((path, eng.new_variable(d, x, dict(obj.get_metadata()))
-                               if hasattr(obj, "get_metadata") else x))
-            ins_g.append(_nest(pieces))
+            parts = []
+            for p in plan.arg_leaves[k]:
+                r = plan.root_of.get(p)
+                if r is None:
+                    parts.append(None)
+                    continue
+                pieces = []
+                for path, i in plan.occ[r]:
+                    x = ct_values[i] if i < n_in else None
+                    obj = lift.leaf_objs[i]
+                    pieces.append((path, eng.new_variable(type(obj), x,
+                                                          dict(obj.get_metadata()))
+                                   if hasattr(obj, "get_metadata") else x))
+                parts.append(_nest(pieces))
+            ins_g.append(plan.arg_treedefs[k].unflatten(parts))
         out_leaves = list(ct_out_leaves)
         if aux.graphdef.defs[aux.n_inputs:]:
             roots, _ = eng.unflatten(aux.graphdef.defs, list(ct_values))
@@ -370,6 +400,16 @@ class _CustomVjpBase:
                 new.append(roots[r] if r is not None else None)
             out.append(treedef.unflatten(new))
         return tuple(out)
+
+
+def _graph_ct_parts(plan: _Plan, k: int, ct: tp.Any) -> list | None:
+    """Argument ``k``'s cotangent from a graph-mode bwd, one entry per leaf of the argument
+    (graph nodes as leaves): a State (or None) per node, an array (or None) per array. None
+    when ``ct`` does not have the argument's shape (then the States in it are read by path)."""
+    try:
+        return plan.arg_treedefs[k].flatten_up_to(ct)
+    except (ValueError, TypeError):
+        return None
 
 
 def _takes_updates(bwd: tp.Callable, n_nondiff: int) -> bool:
