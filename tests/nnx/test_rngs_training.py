@@ -292,3 +292,22 @@ def test_train_state_apply_takes_the_state_by_keyword():
     by_state, _ = ts.apply(params)(jnp.ones((1, 2)))
     assert by_name.shape == (1, 3)
     assert jnp.array_equal(by_name, by_state)
+
+
+def test_the_metric_base_cannot_be_built_but_its_subclasses_can():
+    with pytest.raises(NotImplementedError, match="Must override `__init__\\(\\)` method"):
+        nnx.metrics.Metric()
+
+    class Count(nnx.metrics.Metric):
+        def __init__(self) -> None:  # no Metric.__init__ call, as in Flax
+            self.n = nnx.metrics.MetricState(jnp.array(0))
+
+        def update(self, **kwargs) -> None:
+            self.n[...] += 1
+
+        def compute(self):
+            return self.n[...]
+
+    c = Count()
+    c.update()
+    assert int(c.compute()) == 1

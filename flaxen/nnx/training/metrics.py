@@ -41,6 +41,13 @@ class Metric(Pytree):
     """Base class: ``reset()``, ``update(**kwargs)``, ``compute()``; ``split(*filters)`` is
     ``nnx.split(self, *filters)``."""
 
+    def __init__(self) -> None:
+        # as Flax's: the base holds no state, so building it directly is a mistake
+        raise NotImplementedError(
+            f"Must override `__init__()` method: {type(self).__name__} is the abstract base. "
+            "Subclass it and create the metric's state (nnx.Variable attributes) in your own "
+            "__init__, without calling Metric.__init__.")
+
     def reset(self) -> None:
         raise NotImplementedError(f"{type(self).__name__} must override reset()")
 
