@@ -149,7 +149,8 @@ from flaxen.nnx.statelib import (
     to_flat_state,
     to_pure_dict,
 )
-from flaxen.nnx._var_tools import set_metadata, vars_as, with_vars
+from flaxen.nnx._var_tools import set_metadata, with_vars
+from flaxen.nnx.graphlib import vars_as  # Flax's deprecated alias: warns, then runs with_vars
 from flaxen.nnx.training import metrics as metrics
 from flaxen.nnx.training import optimizer as optimizer
 from flaxen.nnx.training.ema import EMA

@@ -163,9 +163,6 @@ def with_vars(node: A, /, *, hijax: bool | None = None, ref: bool | None = None,
     return map_variables(node, convert)
 
 
-vars_as = with_vars  # the earlier name of with_vars
-
-
 def set_metadata(node: tp.Any, /, *, only: filterlib.Filter = Variable,
                  **metadata: tp.Any) -> None:
     """Sets ``metadata`` in place on every Variable of ``node`` that ``only`` selects."""

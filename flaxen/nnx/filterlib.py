@@ -28,6 +28,7 @@ import typing as tp
 from types import EllipsisType
 
 from flaxen.errors import InvalidFilterError, NNXFilterError
+from flaxen.typing import PathParts as PathParts  # Flax imports it here from flax.typing
 
 Path = tuple[tp.Any, ...]
 Predicate = tp.Callable[[Path, tp.Any], bool]

@@ -131,7 +131,9 @@ from flaxen.nnx.statelib import (
     remembered_leaves,
 )
 from flaxen.nnx.variablelib import Variable, is_array_ref
+from flaxen.typing import HashableMapping as HashableMapping
 from flaxen.typing import Key
+from flaxen.typing import PathParts as PathParts
 
 __all__ = [
     "FlatState", "GraphDef", "NodeDef", "NodeRef", "PytreeType", "RefMap", "TreeNodeDef",
@@ -144,7 +146,9 @@ __all__ = [
     "NoUpdate", "PythonRefMap", "PytreeNodeImpl", "Repeated", "Static", "StaticElem",
     "get_node_impl", "get_node_impl_for_type", "graph_pop", "is_node_leaf", "is_node_module",
     "is_node_type", "is_pytree_node", "jax_to_nnx_path", "register_graph_node_type",
-    "register_pytree_node_type", "set_metadata", "with_vars",
+    "register_pytree_node_type", "set_metadata", "with_vars", "vars_as",
+    # typing names Flax's graphlib imports from flax.typing (same objects as flaxen.typing's)
+    "HashableMapping", "PathParts",
     "compose_mapping_reversed", "find_duplicates", "flatten", "graph_update_static",
     "graphdef", "is_graph_node", "is_node", "iter_children", "iter_graph", "iter_modules",
     "merge", "pop", "recursive_map", "set_graph_mode", "set_graph_updates", "split", "state",
@@ -716,6 +720,9 @@ def as_pure(tree: A) -> A:
 
 # Flax 0.12.8's older name, kept: calling it warns and runs as_pure
 pure = deprecated(as_pure)
+# with_vars' older name: Flax 0.12.8 keeps it in graphlib (so also nnx.graph and nnx.vars_as)
+# as a wrapper that warns (DeprecationWarning) on each call, then runs with_vars
+vars_as = deprecated(with_vars)
 
 
 # private names Flax's tests reach for

@@ -34,6 +34,10 @@ from flaxen.nnx._sow_stores import CAPTURES, capture, put, store_for
 from flaxen.nnx.pytreelib import Pytree, PytreeMeta, _is_tag, has_data, is_data
 from flaxen.nnx.variablelib import Intermediate, Variable
 
+# Flax imports these here from flax.typing; some user code imports them from this module
+from flaxen.typing import Path as Path
+from flaxen.typing import PathParts as PathParts
+
 M = tp.TypeVar("M", bound="Module")
 T = tp.TypeVar("T")
 

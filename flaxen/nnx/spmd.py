@@ -35,6 +35,7 @@ from flaxen.nnx._sharding import (
 )
 from flaxen.nnx._snapshots import SNAPSHOT_TYPES
 from flaxen.nnx.variablelib import Variable, with_metadata
+from flaxen.typing import Sharding as Sharding  # Flax imports it here from flax.typing
 
 A = tp.TypeVar("A")
 F = tp.TypeVar("F", bound=tp.Callable[..., tp.Any])

@@ -35,6 +35,7 @@ from flaxen.nnx import _treescope, filterlib
 from flaxen.nnx import reprlib as _reprlib
 from flaxen.nnx._snapshots import SNAPSHOT_TYPES
 from flaxen.nnx.variablelib import Variable, _leaves_equal
+from flaxen.typing import PathParts as PathParts  # Flax imports it here from flax.typing
 
 Key = tp.Hashable
 Path = tuple[Key, ...]

@@ -28,6 +28,7 @@ from flaxen.core import meta
 from flaxen.nnx import spmd
 from flaxen.nnx._variable_names import variable_name_from_type, variable_type_from_name
 from flaxen.nnx.variablelib import Variable
+from flaxen.typing import LogicalNames as LogicalNames  # Flax imports it from flax.typing
 
 A = tp.TypeVar("A")
 B = tp.TypeVar("B")

@@ -32,6 +32,7 @@ from flaxen.nnx.rnglib import Rngs, RngStream
 from flaxen.nnx.transforms._axes import StateAxes
 from flaxen.nnx.transforms._axis_loop import Carry as _CarryAxis
 
+A = tp.TypeVar("A")
 Array = jax.Array
 Carry = tp.Any
 Output = tp.Any
@@ -73,9 +74,12 @@ def _streams(node: tp.Any) -> dict[tuple, RngStream]:
     return {p: v for p, v in graphlib.iter_graph(node) if isinstance(v, RngStream)}
 
 
-def _select_last(carries: tp.Any, seq_lengths: Array) -> tp.Any:
+def _select_last_carry(sequence: A, seq_lengths: jnp.ndarray) -> A:
+    """Each batch entry's carry at its last valid step: ``sequence`` holds time-major stacked
+    carries (``(time, batch, ...)`` leaves), ``seq_lengths`` one length per batch entry.
+    Flax's name and parameters: importable from ``nnx.nn.recurrent``."""
     last = seq_lengths - 1
-    return jax.tree_util.tree_map(lambda x: x[last, jnp.arange(x.shape[1])], carries)
+    return jax.tree_util.tree_map(lambda x: x[last, jnp.arange(x.shape[1])], sequence)
 
 
 def _scan_cell(cell: tp.Any, carry: Carry, xs: Array, *, unroll: int,
@@ -214,7 +218,7 @@ class RNN(Module):
         )
         if keep_carries and seq_lengths is not None:
             carries, out = out
-            carry = _select_last(carries, seq_lengths)
+            carry = _select_last_carry(carries, seq_lengths)
         outputs = jax.tree_util.tree_map(lambda y: jnp.moveaxis(y, 0, time_axis), out)
         if reverse and keep_order:
             outputs = jax.tree_util.tree_map(
@@ -224,6 +228,8 @@ class RNN(Module):
 
 
 def _concatenate(a: Array, b: Array) -> Array:
+    """``Bidirectional``'s default ``merge_fn``: joins the two directions' outputs on the
+    last axis."""
     return jnp.concatenate([a, b], axis=-1)
 
 

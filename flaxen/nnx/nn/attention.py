@@ -36,6 +36,7 @@ from flaxen.nnx.nn.linear import LinearGeneral, default_kernel_init
 from flaxen.nnx.nn.normalization import LayerNorm
 from flaxen.nnx.rnglib import Rngs, RngStream
 from flaxen.nnx.variablelib import Cache, Intermediate
+from flaxen.typing import DotGeneralT as DotGeneralT  # Flax imports it here from flax.typing
 from flaxen.typing import Dtype, Initializer, PrecisionLike, Shape
 
 Array = jax.Array

@@ -16,6 +16,7 @@ from __future__ import annotations
 import typing as tp
 
 from flaxen.layer_math import dtypes as _dt
+from flaxen.typing import Dtype as Dtype  # Flax imports it here from flax.typing
 
 __all__ = ["canonicalize_dtype", "promote_dtype"]
 

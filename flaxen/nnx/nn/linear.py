@@ -30,6 +30,7 @@ from jax import lax
 from flaxen.core.frozen_dict import FrozenDict
 from flaxen.layer_math import initializers
 from flaxen.layer_math.convolution import canonicalize_padding as canonicalize_padding
+from flaxen.layer_math.convolution import channels_last_dimension_numbers
 from flaxen.layer_math.einsum import bias_layout, check_einsum_str
 from flaxen.layer_math.embedding import check_ids, lookup
 from flaxen.nnx.module import Module
@@ -37,7 +38,11 @@ from flaxen.nnx.nn import dtypes
 from flaxen.nnx.nn._common import _value, check_features, data, metadata, new_param
 from flaxen.nnx.rnglib import Rngs
 from flaxen.nnx.variablelib import Param
+from flaxen.typing import ConvGeneralDilatedT as ConvGeneralDilatedT
 from flaxen.typing import DotGeneralT, Dtype, Initializer, PrecisionLike, Shape
+from flaxen.typing import EinsumT as EinsumT
+from flaxen.typing import LaxPadding as LaxPadding
+from flaxen.typing import PaddingLike as PaddingLike
 
 Array = jax.Array
 PromoteDtypeFn = tp.Callable[..., tp.Any]
@@ -54,6 +59,16 @@ default_embed_init = initializers.variance_scaling(1.0, "fan_in", "normal", out_
 
 def _canon(x: int | tp.Sequence[int]) -> tuple[int, ...]:
     return (x,) if isinstance(x, int) else tuple(x)
+
+
+def _conv_dimension_numbers(input_shape: tp.Sequence[int]) -> lax.ConvDimensionNumbers:
+    """Channels-last dimension numbers for an input of shape ``input_shape`` (Flax's private
+    helper, imported by code that calls ``lax.conv_general_dilated`` itself).
+
+    >>> _conv_dimension_numbers((8, 32, 32, 3)).rhs_spec
+    (3, 2, 0, 1)
+    """
+    return channels_last_dimension_numbers(len(input_shape))
 
 
 def _normalize_axes(axes: tuple[int, ...], ndim: int) -> tuple[int, ...]:

@@ -94,6 +94,87 @@ def _stats(layer: tp.Any, x: Array, axes: tp.Any, mask: Array | None, **kw: tp.A
     )
 
 
+# Flax's private helpers ``_canonicalize_axes``, ``_compute_stats`` and ``_normalize``: user
+# code writing its own norm layer (BatchRenorm, masked norms...) imports them from
+# ``flax.nnx.nn.normalization`` and calls them with Flax's positional order. They are thin
+# adapters over the shared math above, so a custom layer and ``nnx.BatchNorm`` agree bit for bit.
+
+
+def _canonicalize_axes(rank: int, axes: Axes) -> tuple[int, ...]:
+    """``axes`` (one int or several) made non-negative against ``rank`` and de-duplicated.
+
+    The result is built from a set, as Flax's is, so the order of the returned tuple is the
+    same as Flax's for every input (ascending for the small axes of a norm layer). Axes out of
+    range are not checked here: the reduction that uses them raises.
+
+    >>> _canonicalize_axes(3, (-1, 0, 2))
+    (0, 2)
+    """
+    if not isinstance(axes, tp.Iterable):
+        axes = (axes,)
+    return tuple({rank + ax if ax < 0 else ax for ax in axes})
+
+
+def _compute_stats(
+    x: Array,
+    axes: Axes,
+    dtype: Dtype | None,
+    axis_name: str | None = None,
+    axis_index_groups: tp.Any = None,
+    use_mean: bool = True,
+    use_fast_variance: bool = True,
+    mask: Array | None = None,
+) -> tuple[Array, Array]:
+    """``(mean, var)`` of ``x`` over ``axes``, reduced axes removed, in at least float32.
+
+    ``axis_name`` averages across a ``pmap``/``shard_map`` axis; ``use_mean=False`` gives a
+    zero mean and ``var = E[|x|^2]``; ``mask`` selects the entries that count.
+
+    >>> import jax.numpy as jnp
+    >>> mean, var = _compute_stats(jnp.array([[1.0, 3.0]]), -1, None)
+    >>> mean.tolist(), var.tolist()
+    ([2.0], [1.0])
+    """
+    return compute_stats(
+        x, axes, dtype, axis_name, axis_index_groups,
+        use_mean=use_mean, use_fast_variance=use_fast_variance, mask=mask,
+    )
+
+
+def _normalize(
+    x: Array,
+    mean: Array,
+    var: Array,
+    scale: Array | None,
+    bias: Array | None,
+    reduction_axes: Axes,
+    feature_axes: Axes,
+    dtype: Dtype | None,
+    epsilon: float,
+) -> Array:
+    """``(x - mean) * rsqrt(var + epsilon) * scale + bias`` in ``dtype``.
+
+    ``mean``/``var`` may come with the reduced axes removed (as :func:`_compute_stats` gives
+    them) or kept as size-1 axes: only their number of entries must match. ``scale``/``bias``
+    (either may be ``None``) hold one entry per feature position. With ``dtype=None`` the
+    result takes the promoted dtype of ``x`` and the parameters given.
+
+    >>> import jax.numpy as jnp
+    >>> x = jnp.array([[1.0, 3.0]])
+    >>> mean, var = _compute_stats(x, -1, None)
+    >>> _normalize(x, mean, var, None, None, -1, -1, None, 0.0).tolist()
+    [[-1.0, 1.0]]
+    """
+    reduced = canonicalize_axes(x.ndim, reduction_axes)
+    # the shared step re-inserts the reduced axes itself, so drop them from the statistics
+    # first: Flax accepts the statistics with or without those size-1 axes
+    kept_shape = tuple(n for ax, n in enumerate(x.shape) if ax not in reduced)
+    return normalize(
+        x, jnp.reshape(mean, kept_shape), jnp.reshape(var, kept_shape), reduced, feature_axes,
+        dtype, epsilon, scale=scale, bias=bias,
+    )
+
+
 class BatchNorm(Module):
     """Normalizes over every axis but ``axis`` with batch statistics, tracked as BatchStats.
 

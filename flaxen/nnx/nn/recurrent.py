@@ -358,3 +358,8 @@ class GRUCell(_GatedCellBase, _HiddenCarry):
 
 
 from flaxen.nnx.nn._rnn import RNN, Bidirectional, RNNBase, flip_sequences  # noqa: E402
+
+# Flax's private helpers of the same module (Bidirectional's default merge_fn, the carry pick
+# of RNN with seq_lengths): some user code imports them from here
+from flaxen.nnx.nn._rnn import _concatenate as _concatenate  # noqa: E402
+from flaxen.nnx.nn._rnn import _select_last_carry as _select_last_carry  # noqa: E402

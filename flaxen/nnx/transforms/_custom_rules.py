@@ -321,7 +321,7 @@ class _CustomVjpBase:
         # in place of each graph node and None in place of everything else
         ins_g = []
         for k in plan.diff_args:
-            parts = []
+            parts: list[tp.Any] = []
             for p in plan.arg_leaves[k]:
                 r = plan.root_of.get(p)
                 if r is None:

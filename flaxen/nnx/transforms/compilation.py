@@ -59,6 +59,7 @@ from flaxen.nnx.transforms._stages import (
     Stage,
     Traced,
 )
+from flaxen.typing import PathParts as PathParts  # Flax imports it here from flax.typing
 
 __all__ = ["cached_partial", "Compiled", "jit", "jit_partial", "JitFn", "JitWrapped", "Lowered",
     "shard_map", "ShardMapFn", "SimpleCompiled", "SimpleJitFn", "SimpleJitPartialFn",

@@ -41,6 +41,7 @@ from flaxen.nnx.transforms._callable_types import (
 from flaxen.nnx.transforms._common import check_prefix, resolve_bound, resolve_kwargs
 from flaxen.nnx.transforms._mapped import mapped_call
 from flaxen.nnx.variablelib import Variable
+from flaxen.typing import Leaf as Leaf  # Flax imports it here from flax.typing
 
 __all__ = ["ForiLoopBodyFn", "NodePrefix", "pmap", "PmapFn", "prefix", "ScanFn",
     "SimpleForiLoopBodyFn", "SimplePmapFn", "SimpleScanFn", "SimpleVmapFn",

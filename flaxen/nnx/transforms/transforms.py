@@ -19,6 +19,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
+import inspect
 import typing as tp
 
 import jax
@@ -216,6 +217,43 @@ StrInt = tp.TypeVar("StrInt", str, int)
 AxisName = tp.Hashable
 Leaves = list[tp.Any]
 Index = int
+from flaxen.typing import Leaf as Leaf  # noqa: E402  (Flax's module imports it from flax.typing)
+
+
+def _resolve_bound_callable(
+    f: tp.Callable[..., tp.Any],
+) -> tuple[tp.Callable[..., tp.Any], tp.Any | None, bool]:
+    """Splits a Module's bound method, possibly inside ``functools.partial`` layers, into
+    ``(unbound_fn, module, True)``; any other callable gives ``(f, None, False)``.
+
+    Flax's private helper (code that builds its own transform on NNX imports it): a bound
+    method of a Module must be lifted with its ``self`` as an argument, not captured. The
+    partial layers are rebuilt around the unbound function, innermost first (their positional
+    arguments thus stay ahead of everything else); only a method bound to an ``nnx.Module``
+    counts.
+
+    >>> from flaxen import nnx
+    >>> class Doubler(nnx.Module):
+    ...     def run(self, x):
+    ...         return 2 * x
+    >>> m = Doubler()
+    >>> fn, bound, was_bound = _resolve_bound_callable(functools.partial(m.run, x=3))
+    >>> bound is m, was_bound, fn(m)
+    (True, True, 6)
+    """
+    layers: list[functools.partial] = []
+    inner: tp.Any = f
+    while isinstance(inner, functools.partial):
+        layers.append(inner)
+        inner = inner.func
+    owner = getattr(inner, "__self__", None)
+    was_bound = inspect.ismethod(inner) and isinstance(owner, _Module)
+    if was_bound:
+        inner = inner.__func__
+    # rebuilt even when nothing was unbound, as Flax does: the caller gets fresh partials
+    for layer in reversed(layers):
+        inner = functools.partial(inner, *layer.args, **(layer.keywords or {}))
+    return inner, (owner if was_bound else None), was_bound
 
 
 
