@@ -20,12 +20,14 @@ Two layers:
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import msgpack
 import numpy as np
 
@@ -356,11 +358,63 @@ def from_bytes(target: Any, encoded_bytes: bytes, *, strict: bool = False) -> An
 
 
 # --- Flax's private helpers, kept for code written against them -------------------------
+# Code written for Flax drives msgpack itself with these hooks, e.g.
+# ``msgpack.unpackb(data, ext_hook=serialization._msgpack_ext_unpack, raw=False)``, so each
+# keeps Flax's name, signature and output. The bytes they write are the ones
+# msgpack_serialize writes (the format lives in flaxen._msgpack_ext).
 
 
-def _ndarray_payload(arr: Any) -> bytes:
-    arr = np.asarray(arr)
+class _MsgpackExtType(enum.IntEnum):
+    """The msgpack extension type codes of the format (Flax's names for them)."""
+
+    ndarray = _msgpack_ext.EXT_NDARRAY
+    native_complex = _msgpack_ext.EXT_COMPLEX
+    npscalar = _msgpack_ext.EXT_NPSCALAR
+
+
+def _ndarray_to_bytes(arr: Any) -> bytes:
+    """The payload of an array extension: msgpack ``[shape, dtype name, C-order bytes]``.
+
+    >>> _ndarray_from_bytes(_ndarray_to_bytes(np.arange(3, dtype=np.int8))).tolist()
+    [0, 1, 2]
+    """
+    if isinstance(arr, jax.Array):
+        arr = np.array(arr)
+    # Flax refuses exactly these two kinds (their bytes do not describe the values); other
+    # dtypes are written as they are, even ones msgpack_serialize refuses, as Flax does.
+    if arr.dtype.hasobject or arr.dtype.isalignedstruct:
+        raise ValueError(
+            f"Cannot serialize an array of dtype {arr.dtype}: object and structured dtypes "
+            "have no byte form. Convert the array to a numeric dtype first."
+        )
     return msgpack.packb((arr.shape, arr.dtype.name, arr.tobytes("C")), use_bin_type=True)
+
+
+def _dtype_from_name(name: str | bytes) -> Any:
+    """The dtype a stored dtype name stands for.
+
+    Flax reads payloads with ``raw=True``, so names arrive as bytes; for ``b'bfloat16'`` it
+    returns the ``jnp.bfloat16`` scalar type, for everything else ``np.dtype(name)``. Only a
+    name is mapped here: building arrays goes through flaxen's checked decoder.
+
+    >>> _dtype_from_name(b'float32'), _dtype_from_name(b'bfloat16') is jnp.bfloat16
+    (dtype('float32'), True)
+    """
+    if name == b"bfloat16":
+        return jnp.bfloat16
+    # numpy reads a bytes name like its text
+    return np.dtype(name.decode("ascii") if isinstance(name, bytes) else name)
+
+
+def _ndarray_from_bytes(data: bytes) -> np.ndarray:
+    """The (read-only) array an array-extension payload holds.
+
+    Malformed payloads and object/string dtypes raise ``ValueError``.
+
+    >>> _ndarray_from_bytes(_ndarray_to_bytes(np.float32(1.5))).shape
+    ()
+    """
+    return _msgpack_ext._decode_array(data)
 
 
 def _msgpack_ext_pack(x: Any) -> Any:
@@ -373,38 +427,121 @@ def _msgpack_ext_pack(x: Any) -> Any:
     [0, 1, 2]
     """
     if isinstance(x, (np.ndarray, jax.Array)):
-        return msgpack.ExtType(_msgpack_ext.EXT_NDARRAY, _ndarray_payload(x))
+        return msgpack.ExtType(_MsgpackExtType.ndarray, _ndarray_to_bytes(x))
     if isinstance(x, np.generic):
-        return msgpack.ExtType(_msgpack_ext.EXT_NPSCALAR, _ndarray_payload(x))
+        return msgpack.ExtType(_MsgpackExtType.npscalar, _ndarray_to_bytes(np.asarray(x)))
     if isinstance(x, complex):
-        return msgpack.ExtType(_msgpack_ext.EXT_COMPLEX, msgpack.packb((x.real, x.imag)))
+        return msgpack.ExtType(_MsgpackExtType.native_complex, msgpack.packb((x.real, x.imag)))
     return x
 
 
-def _chunk_array_leaves_in_place(pytree: Any) -> Any:
-    """Replaces arrays above ``MAX_CHUNK_SIZE`` bytes in nested dicts by their chunked form.
+def _msgpack_ext_unpack(code: int, data: bytes) -> Any:
+    """``ext_hook=`` for ``msgpack.unpackb``: the inverse of :func:`_msgpack_ext_pack`.
 
-    The chunked form is ``{'__msgpack_chunked_array__': True, 'shape': {'0': d0, ...},
-    'chunks': {'0': flat_piece, ...}}``, which :func:`msgpack_restore` turns back into the array.
-    Dicts are updated in place; the (possibly new) tree is returned.
+    Array payloads become read-only numpy arrays, numpy scalars numpy scalars, complex
+    payloads ``complex``; codes of other extensions come back as ``msgpack.ExtType``.
+
+    >>> import msgpack
+    >>> data = msgpack.packb({'x': 1 + 2j}, default=_msgpack_ext_pack)
+    >>> msgpack.unpackb(data, ext_hook=_msgpack_ext_unpack, raw=False)
+    {'x': (1+2j)}
+    """
+    if code in (_MsgpackExtType.ndarray, _MsgpackExtType.native_complex,
+                _MsgpackExtType.npscalar):
+        return _msgpack_ext._ext_hook(code, data)
+    # Flax hands unknown extensions back untouched (flaxen's own decoder refuses them).
+    return msgpack.ExtType(code, data)
+
+
+def _np_convert_in_place(d: Any) -> Any:
+    """Turns ``jax.Array`` leaves of nested dicts into numpy arrays, in place.
+
+    Returns ``d`` (or, for a lone ``jax.Array``, its numpy copy). Lists are not entered.
+
+    >>> tree = {'a': jnp.ones(2), 'b': {'c': jnp.zeros(1)}}
+    >>> _np_convert_in_place(tree) is tree, type(tree['b']['c']).__name__
+    (True, 'ndarray')
+    """
+    if isinstance(d, dict):
+        for key, value in d.items():
+            if isinstance(value, jax.Array):
+                d[key] = np.array(value)  # a writable copy, like Flax's
+            elif isinstance(value, dict):
+                _np_convert_in_place(value)
+    elif isinstance(d, jax.Array):
+        return np.array(d)
+    return d
+
+
+def _chunk(arr: np.ndarray) -> dict[str, Any]:
+    """The chunked form of ``arr``: its flattened values cut into ``MAX_CHUNK_SIZE``-byte
+    pieces, ``{'__msgpack_chunked_array__': True, 'shape': {'0': d0, ...},
+    'chunks': {'0': piece, ...}}``.
+
+    >>> sorted(_chunk(np.zeros((2, 2))))
+    ['__msgpack_chunked_array__', 'chunks', 'shape']
+    """
+    # Read MAX_CHUNK_SIZE at call time: tests and users lower it to exercise chunking.
+    per_chunk = max(1, MAX_CHUNK_SIZE // arr.dtype.itemsize)
+    flat = arr.reshape(-1)
+    pieces = [flat[i:i + per_chunk] for i in range(0, flat.size, per_chunk)]
+    return {
+        _msgpack_ext.CHUNKED_KEY: True,
+        "shape": {str(i): d for i, d in enumerate(arr.shape)},
+        "chunks": {str(i): p for i, p in enumerate(pieces)},
+    }
+
+
+def _unchunk(data: dict[str, Any]) -> np.ndarray:
+    """The array a chunked form (see :func:`_chunk`) stands for.
+
+    >>> _unchunk(_chunk(np.arange(4).reshape(2, 2))).tolist()
+    [[0, 1], [2, 3]]
+    """
+    if _msgpack_ext.CHUNKED_KEY not in data:
+        raise ValueError(f"not a chunked array: no {_msgpack_ext.CHUNKED_KEY!r} key")
+    # The decoder drops each chunk from its dict as it copies it (to bound peak memory while
+    # restoring); hand it a copy so the caller's dict is left as it was.
+    return _msgpack_ext._unchunk({**data, "chunks": dict(data["chunks"])})
+
+
+def _chunk_array_leaves_in_place(d: Any) -> Any:
+    """Replaces numpy arrays above ``MAX_CHUNK_SIZE`` bytes in nested dicts by their chunked
+    form (:func:`_chunk`), in place, and returns ``d`` (a lone big array: its chunked form).
+
+    Only ``np.ndarray`` leaves are chunked (Flax converts ``jax.Array`` leaves first, with
+    :func:`_np_convert_in_place`); lists are not entered.
 
     >>> _chunk_array_leaves_in_place({'a': np.zeros(3)})['a'].shape  # small: unchanged
     (3,)
     """
-    if isinstance(pytree, dict):
-        for key, value in pytree.items():
-            pytree[key] = _chunk_array_leaves_in_place(value)
-        return pytree
-    if isinstance(pytree, (np.ndarray, jax.Array)):
-        arr = np.asarray(pytree)
-        if arr.size * arr.dtype.itemsize <= MAX_CHUNK_SIZE:
-            return pytree
-        per_chunk = max(1, MAX_CHUNK_SIZE // arr.dtype.itemsize)
-        flat = arr.reshape(-1)
-        pieces = [flat[i:i + per_chunk] for i in range(0, flat.size, per_chunk)]
-        return {
-            _msgpack_ext.CHUNKED_KEY: True,
-            "shape": {str(i): d for i, d in enumerate(arr.shape)},
-            "chunks": {str(i): p for i, p in enumerate(pieces)},
-        }
-    return pytree
+    if isinstance(d, dict):
+        for key, value in d.items():
+            if isinstance(value, np.ndarray):
+                if value.size * value.dtype.itemsize > MAX_CHUNK_SIZE:
+                    d[key] = _chunk(value)
+            elif isinstance(value, dict):
+                _chunk_array_leaves_in_place(value)
+    elif isinstance(d, np.ndarray) and d.size * d.dtype.itemsize > MAX_CHUNK_SIZE:
+        return _chunk(d)
+    return d
+
+
+def _unchunk_array_leaves_in_place(d: Any) -> Any:
+    """Turns chunked forms in nested dicts back into arrays, in place, and returns ``d`` (a
+    lone chunked form: its array). The inverse of :func:`_chunk_array_leaves_in_place`.
+
+    >>> tree = {'a': _chunk(np.arange(3))}
+    >>> _unchunk_array_leaves_in_place(tree)['a'].tolist()
+    [0, 1, 2]
+    """
+    if isinstance(d, dict):
+        if _msgpack_ext.CHUNKED_KEY in d:
+            return _unchunk(d)
+        for key, value in d.items():
+            if isinstance(value, dict):
+                if _msgpack_ext.CHUNKED_KEY in value:
+                    d[key] = _unchunk(value)
+                else:
+                    _unchunk_array_leaves_in_place(value)
+    return d

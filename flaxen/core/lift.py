@@ -75,3 +75,7 @@ __all__ = [
 # them from here.
 from flaxen import traceback_util, traverse_util  # noqa: E402, F401
 from flaxen.core.frozen_dict import freeze, unfreeze  # noqa: E402, F401
+
+# Type aliases Flax's module imports from flax.typing (code written for Flax imports them from
+# here too); the very objects of flaxen.typing.
+from flaxen.typing import InOutAxis, InOutScanAxis  # noqa: E402, F401

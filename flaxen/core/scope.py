@@ -808,3 +808,7 @@ def lazy_init(
 # Flax's module imports these for its own use; code written for Flax reaches for them here.
 from flaxen import struct  # noqa: E402, F401
 from flaxen.ids import uuid  # noqa: E402, F401
+
+# Type aliases Flax's module imports from flax.typing (code written for Flax imports them from
+# here too); the very objects of flaxen.typing.
+from flaxen.typing import Collection, MutableCollection, PRNGFoldable  # noqa: E402, F401

@@ -123,6 +123,24 @@ def resolve_method(module: Any, method: Any) -> Callable[..., Any]:
     return method
 
 
+def _get_unbound_fn(method_or_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``module.method`` -> ``Class.method``; other callables are returned as they are.
+
+    Flax's private helper, with its rule (narrower than :func:`resolve_method`'s): only a
+    method bound to a Module is unbound, and the result must be callable with at least one
+    parameter of any kind (the Module), or ``ApplyModuleInvalidMethodError`` is raised.
+
+    >>> import flaxen.linen as nn
+    >>> _get_unbound_fn(nn.Dense(2).__call__) is nn.Dense.__call__
+    True
+    """
+    if inspect.ismethod(method_or_fn) and isinstance(method_or_fn.__self__, ModuleBase):
+        method_or_fn = method_or_fn.__func__
+    if not callable(method_or_fn) or len(inspect.signature(method_or_fn).parameters) < 1:
+        raise errors.ApplyModuleInvalidMethodError(method_or_fn)
+    return method_or_fn
+
+
 def capture_filter(capture_intermediates: Any) -> Callable[[Any, str], bool] | None:
     if capture_intermediates is True:
         return _capture_call

@@ -84,6 +84,22 @@ def _profile_name(module: Any, method_name: str) -> str:
     return base if method_name == "__call__" else f"{base}.{method_name}"
 
 
+def _derive_profiling_name(module: Any, fn: Callable[..., Any]) -> str:
+    """The ``jax.named_scope`` label of ``fn`` run on ``module`` (Flax's private name, with its
+    signature): the Module's name (its class name if it has none), then ``.method`` unless
+    the method is ``__call__``.
+
+    >>> import flaxen.linen as nn
+    >>> _derive_profiling_name(nn.Dense(2, name='proj'), nn.Dense.__call__)
+    'proj'
+    >>> _derive_profiling_name(nn.Dense(2), functools.partial(lambda m: m))
+    'Dense.<lambda>'
+    """
+    while isinstance(fn, functools.partial):  # partial(Foo.method, ...): the method's name
+        fn = fn.func
+    return _profile_name(module, getattr(fn, "__name__", "unnamed_function"))
+
+
 def _enter_compact(module: Any, st: Any) -> None:
     if st.compact_done:
         # A new call of the compact method: release the names the last call reserved

@@ -107,6 +107,9 @@ class _Context(threading.local):
         self.capture_stack: list[Any] = []
         # Installed method interceptors, outermost first.
         self.interceptors: list[Any] = []
+        # One entry per running _tabulate_context (flaxen.linen._call_info): the calls it
+        # records. Flax's name, which code written for Flax reads.
+        self.call_info_stack: list[Any] = []
 
 
 context = _Context()

@@ -82,3 +82,7 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | {"PReLU"})
+
+# Type aliases Flax's module imports from flax.typing (code written for Flax imports them from
+# here too); the very objects of flaxen.typing.
+from flaxen.typing import Array, Dtype  # noqa: E402, F401

@@ -14,3 +14,7 @@ from flaxen.layer_math.dtypes import canonicalize_dtype, promote_dtype
 T = TypeVar("T", bound=tuple)  # the tuple type promote_dtype returns
 
 __all__ = ["T", "canonicalize_dtype", "promote_dtype"]
+
+# Type aliases Flax's module imports from flax.typing (code written for Flax imports them from
+# here too); the very objects of flaxen.typing.
+from flaxen.typing import Dtype  # noqa: E402, F401

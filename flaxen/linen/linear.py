@@ -33,6 +33,7 @@ from flaxen.linen._conv_math import (  # noqa: F401 - Flax exposes these names h
     LaxPadding,
     PaddingLike,
     canonicalize_padding,
+    channels_last_dimension_numbers,
 )
 from flaxen.linen._layer_errors import (
     LayerAxisError,
@@ -51,6 +52,17 @@ PrecisionLike = None | str | lax.Precision | tuple[str, str] | tuple[lax.Precisi
 DotGeneralT = Callable[..., Array]
 ConvGeneralDilatedT = Callable[..., Array]
 Initializer = initializers.Initializer
+
+
+def _conv_dimension_numbers(input_shape: Sequence[int]) -> lax.ConvDimensionNumbers:
+    """The ``lax`` dimension numbers of a channels-last convolution of inputs of this shape
+    (``NH..WC`` inputs and outputs, ``H..WIO`` kernels); Flax's private helper, kept for code
+    that builds its own ``lax.conv_general_dilated`` calls.
+
+    >>> _conv_dimension_numbers((8, 32, 32, 3)).rhs_spec
+    (3, 2, 0, 1)
+    """
+    return channels_last_dimension_numbers(len(input_shape))
 
 
 class PromoteDtypeFn(Protocol):

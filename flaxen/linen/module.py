@@ -10,9 +10,15 @@ under Flax's import path, so ``from flaxen.linen.module import Module`` works.
 """
 
 from flaxen.core.scope import Variable
-from flaxen.linen._binding import apply, init, init_with_output
+from flaxen.linen._binding import _get_unbound_fn, apply, init, init_with_output  # noqa: F401
+from flaxen.linen._call_info import (  # noqa: F401 - Flax's private names, read by user code
+    _CallInfo,
+    _CallInfoContext,
+    _tabulate_context,
+)
 from flaxen.linen._interception import (
     InterceptorContext,
+    _derive_profiling_name,  # noqa: F401 - Flax's private name
     disable_named_call,
     enable_named_call,
     intercept_methods,
@@ -92,3 +98,4 @@ from flaxen.core._filters import union_filters  # noqa: E402, F401
 from flaxen.core.scope import FrozenVariableDict  # noqa: E402, F401
 from flaxen.ids import FlaxId, uuid  # noqa: E402, F401
 from flaxen.linen import kw_only_dataclasses  # noqa: E402, F401
+from flaxen.typing import PRNGKey, RNGSequences, VariableDict  # noqa: E402, F401

@@ -351,3 +351,13 @@ def remat(target: Any, variables: CollectionFilter = True, rngs: PRNGSequenceFil
 # them from here.
 from flaxen.core.frozen_dict import unfreeze  # noqa: E402, F401
 from flaxen.traverse_util import flatten_dict, unflatten_dict  # noqa: E402, F401
+
+# Type aliases Flax's module imports from flax.typing (code written for Flax imports them from
+# here too); the very objects of flaxen.typing.
+from flaxen.typing import (  # noqa: E402, F401
+    Array,
+    ArrayPytree,
+    InOutAxis,
+    InOutScanAxis,
+    PartitionSpecPytree,
+)

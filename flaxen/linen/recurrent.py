@@ -83,3 +83,14 @@ from flaxen.linen import initializers, transforms  # noqa: E402, F401
 from flaxen.linen.dtypes import promote_dtype  # noqa: E402, F401
 from flaxen.linen.linear import Conv, Dense  # noqa: E402, F401
 from flaxen.linen.module import Module, compact, nowrap  # noqa: E402, F401
+
+# Type aliases Flax's module imports from flax.typing (code written for Flax imports them from
+# here too); the very objects of flaxen.typing.
+from flaxen.typing import (  # noqa: E402, F401
+    Array,
+    Dtype,
+    Initializer,
+    InOutScanAxis,
+    PrecisionLike,
+    PRNGKey,
+)

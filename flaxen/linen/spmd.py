@@ -304,3 +304,7 @@ __all__ = [
     "with_logical_constraint",
     "with_logical_partitioning",
 ]
+
+# Type aliases Flax's module imports from flax.typing (code written for Flax imports them from
+# here too); the very objects of flaxen.typing.
+from flaxen.typing import Array, ArrayPytree  # noqa: E402, F401

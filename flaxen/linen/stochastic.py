@@ -67,3 +67,7 @@ class Dropout(Module):
         mask = random.bernoulli(rng, p=keep_prob, shape=mask_shape)
         mask = jnp.broadcast_to(mask, jnp.shape(inputs))
         return lax.select(mask, inputs / keep_prob, jnp.zeros_like(inputs))
+
+# Type aliases Flax's module imports from flax.typing (code written for Flax imports them from
+# here too); the very objects of flaxen.typing.
+from flaxen.typing import PRNGKey  # noqa: E402, F401

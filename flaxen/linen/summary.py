@@ -23,22 +23,15 @@ from typing import Any
 
 import jax
 
+from flaxen.core._rng import LazyRng
+from flaxen.core.frozen_dict import unfreeze
 from flaxen.linen import _summary_render as _text
 from flaxen.linen._binding import INIT_MUTABLE, check_instance, resolve_method
-from flaxen.linen._interception import intercept_methods
+from flaxen.linen._call_info import _CallInfo, _tabulate_context, abstract_tree
+from flaxen.linen._state import context
 
 _EMPTY: Mapping[str, Any] = types.MappingProxyType({})
 _PLAIN_METHODS = ("__call__", "<lambda>")  # not named in the module column
-
-
-@dataclasses.dataclass
-class _Call:
-    path: tuple[str, ...]
-    module: Any
-    method: str
-    args: Any
-    kwargs: Any
-    outputs: Any = None
 
 
 @dataclasses.dataclass
@@ -88,43 +81,29 @@ class _ObjectRepresentation:
     obj: Any
 
 
-def _abstract(tree: Any) -> Any:
-    def leaf(x: Any) -> Any:
-        if hasattr(x, "shape") and hasattr(x, "dtype"):
-            return jax.ShapeDtypeStruct(x.shape, x.dtype)
-        return x
-
-    return jax.tree_util.tree_map(leaf, tree)
-
-
 def _record_calls(module: Any, rngs: Any, args: tuple, kwargs: dict, method: Any,
-                  mutable: Any) -> tuple[list[_Call], Any]:
-    calls: list[_Call] = []
-
-    def recorder(next_fun, a, k, context):
-        mod = context.module
-        if context.method_name == "setup" or mod.scope is None:
-            return next_fun(*a, **k)
-        call = _Call(tuple(mod.scope.path), mod.clone(parent=None), context.method_name,
-                     _abstract(a), _abstract(k))
-        calls.append(call)  # before running: rows follow call order, parents first
-        out = next_fun(*a, **k)
-        call.outputs = _abstract(out)
-        return out
-
+                  mutable: Any) -> tuple[list[_CallInfo], Any]:
     def run(rngs: Any, *a: Any) -> Any:
-        with intercept_methods(recorder):
-            return module.init(rngs, *a, method=method, mutable=mutable, **kwargs)
+        return module.init(rngs, *a, method=method, mutable=mutable, **kwargs)
 
-    variables = jax.eval_shape(run, rngs, *args)
-    return calls, variables
+    with _tabulate_context():
+        variables = jax.eval_shape(run, rngs, *args)
+        calls = context.call_info_stack[-1].calls
+    # records are appended as calls return; their index orders them as they started,
+    # so rows follow call order with parents first
+    return sorted(calls, key=lambda c: c.index), variables
 
 
 # --- rows ----------------------------------------------------------------------------------
 
 
-def _at_path(variables: Mapping, path: tuple[str, ...]) -> dict[str, Any]:
-    """``{collection: subtree at path}`` for the collections that have ``path``."""
+def _get_path_variables(path: tuple[str, ...], variables: Mapping) -> dict[str, Any]:
+    """``{collection: subtree at path}`` (as plain nested dicts) for the collections that have
+    ``path``; Flax's private helper, with its signature.
+
+    >>> _get_path_variables(('a',), {'params': {'a': {'w': 1}}, 'stats': {'b': {}}})
+    {'params': {'w': 1}}
+    """
     out = {}
     for col, node in variables.items():
         for part in path:
@@ -132,11 +111,31 @@ def _at_path(variables: Mapping, path: tuple[str, ...]) -> dict[str, Any]:
                 break
             node = node[part]
         else:
-            out[col] = dict(node) if isinstance(node, Mapping) else node
+            out[col] = unfreeze(node)  # a copy: callers pop submodules out of it
     return out
 
 
-def _rows(calls: list[_Call], variables: Mapping, depth: int | None,
+def _get_module_variables(path: tuple[str, ...], variables: Mapping,
+                          all_paths: set[tuple[str, ...]]
+                          ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(own, submodules)``: the variables at ``path`` split into the Module's own and those
+    of its called submodules (the keys ``k`` with ``path + (k,)`` in ``all_paths``), both per
+    collection; Flax's private helper, with its signature.
+
+    >>> _get_module_variables((), {'params': {'w': 1, 'Dense_0': {'k': 2}}}, {('Dense_0',)})
+    ({'params': {'w': 1}}, {'params': {'Dense_0': {'k': 2}}})
+    """
+    own = _get_path_variables(path, variables)
+    submodules: dict[str, Any] = {col: {} for col in own}
+    for col, node in own.items():
+        if not isinstance(node, dict):
+            continue  # a variable (not a dict of them) sits at the path itself
+        for key in [k for k in node if path + (k,) in all_paths]:
+            submodules[col][key] = node.pop(key)
+    return own, submodules
+
+
+def _rows(calls: list[_CallInfo], variables: Mapping, depth: int | None,
           show_repeated: bool) -> list[Row]:
     called = {c.path for c in calls}
     seen: set[tuple[str, ...]] = set()
@@ -149,16 +148,15 @@ def _rows(calls: list[_Call], variables: Mapping, depth: int | None,
         elif depth is not None and len(c.path) > depth:
             continue
         else:
-            own = {col: {k: v for k, v in node.items() if c.path + (k,) not in called}
-                   for col, node in _at_path(variables, c.path).items()}
+            own, _ = _get_module_variables(c.path, variables, called)
             # at the depth limit a row counts everything below it, so rows add up to the total
             folded = depth is not None and len(c.path) == depth
-            counted = _at_path(variables, c.path) if folded else own
+            counted = _get_path_variables(c.path, variables) if folded else own
         if depth is not None and len(c.path) > depth:
             continue  # a repeated call below the depth limit
         seen.add(c.path)
-        rows.append(Row(c.path, c.module, c.method, _inputs(c.args, c.kwargs), c.outputs,
-                        own, counted, _call=c))
+        rows.append(Row(c.path, c.module, c.method, _process_inputs(c.args, c.kwargs),
+                        c.outputs, own, counted, _call=c))
     return rows
 
 
@@ -182,9 +180,14 @@ def _cost(fn: Callable, *args: Any) -> int:
     return int(cost["flops"]) if cost and "flops" in cost else 0
 
 
-def _add_flops(row: Row, rngs: Any, mutable: Any, fwd: bool, vjp: bool) -> None:
-    """Sets ``row.flops`` / ``row.vjp_flops``; ``'-'`` where the call cannot be re-run."""
-    c = row._call
+def _call_flops(c: _CallInfo, rngs: Any, mutable: Any, fwd: bool, vjp: bool
+                ) -> tuple[int | None, int | None]:
+    """The forward / VJP FLOPs of re-running the call ``c`` (``None`` where not asked for).
+
+    Each is XLA's cost analysis of the lowered ``Module.apply`` of ``c.module`` (on abstract
+    variables from ``init``), the call's ``jax.ShapeDtypeStruct`` arguments as the inputs and
+    every other argument fixed.
+    """
     leaves, treedef = jax.tree_util.tree_flatten((c.args, c.kwargs))
     dynamic = [i for i, x in enumerate(leaves) if isinstance(x, jax.ShapeDtypeStruct)]
 
@@ -207,12 +210,46 @@ def _add_flops(row: Row, rngs: Any, mutable: Any, fwd: bool, vjp: bool) -> None:
         return pullback(out)
 
     arrays = [leaves[i] for i in dynamic]
+    variables = jax.eval_shape(init, rngs, arrays)
+    return (_cost(apply, variables, rngs, arrays) if fwd else None,
+            _cost(apply_vjp, variables, rngs, arrays) if vjp else None)
+
+
+def _add_flops(row: Row, rngs: Any, mutable: Any, fwd: bool, vjp: bool) -> None:
+    """Sets ``row.flops`` / ``row.vjp_flops``; ``'-'`` where the call cannot be re-run."""
     try:
-        variables = jax.eval_shape(init, rngs, arrays)
-        row.flops = _cost(apply, variables, rngs, arrays) if fwd else None
-        row.vjp_flops = _cost(apply_vjp, variables, rngs, arrays) if vjp else None
+        row.flops, row.vjp_flops = _call_flops(row._call, rngs, mutable, fwd, vjp)
     except Exception:  # noqa: BLE001 - a cost we cannot compute is shown as '-'
         row.flops = row.vjp_flops = "-"
+
+
+def _get_call_flops(c: _CallInfo, compute_flops: bool, compute_vjp_flops: bool
+                    ) -> tuple[int, int]:
+    """``(flops, vjp_flops)`` of the recorded call ``c``, ``-1`` for each not asked for.
+
+    Flax's private helper, with its signature, for code that lists calls itself with
+    ``flax.linen.module._tabulate_context``. The call runs again on the RNG streams and
+    mutable filter it was recorded with; nothing is computed, only lowered.
+
+    >>> import jax, jax.numpy as jnp
+    >>> import flaxen.linen as nn
+    >>> from flaxen.linen import module as module_lib
+    >>> with module_lib._tabulate_context():
+    ...     _ = jax.eval_shape(nn.Dense(4).init, jax.random.key(0), jnp.ones((2, 3)))
+    ...     call, = module_lib._context.call_info_stack[-1].calls
+    >>> _get_call_flops(call, True, False)
+    (56, -1)
+    """
+    if not compute_flops and not compute_vjp_flops:
+        return -1, -1
+    # Flax's records hold each stream as a LazyRng; init only needs the key under it.
+    keys = jax.tree_util.tree_map(lambda r: r.rng, c.rngs,
+                                  is_leaf=lambda r: isinstance(r, LazyRng))
+    # Arrays in a hand-made record become abstract inputs like recorded ones.
+    call = dataclasses.replace(c, args=abstract_tree(c.args), kwargs=abstract_tree(c.kwargs))
+    flops, vjp_flops = _call_flops(call, abstract_tree(keys), c.mutable, compute_flops,
+                                   compute_vjp_flops)
+    return (-1 if flops is None else flops), (-1 if vjp_flops is None else vjp_flops)
 
 
 # --- the table -----------------------------------------------------------------------------
@@ -224,14 +261,23 @@ def _stats(tree: Any) -> tuple[int, int]:
             sum(int(x.size) * x.dtype.itemsize for x in leaves))
 
 
-def _inputs(args: tuple, kwargs: dict) -> Any:
+def _process_inputs(args: tuple, kwargs: dict) -> Any:
     """The inputs cell's value: the lone argument, the argument tuple, the keyword dict, or
-    the arguments followed by the keyword dict."""
+    the arguments followed by the keyword dict (Flax's private name and signature).
+
+    >>> _process_inputs((1,), {}), _process_inputs((1, 2), {'k': 3}), _process_inputs((), {})
+    (1, (1, 2, {'k': 3}), ())
+    """
     if args and kwargs:
         return (*args, kwargs)
     if args:
         return args[0] if len(args) == 1 else args
     return kwargs or ()
+
+
+# Flax's private name for the size text of the table, e.g. ``'4.1 KB'``; code written for
+# Flax formats byte counts with it.
+_bytes_repr = _text.bytes_text
 
 
 def _collections(variables: Mapping) -> list[str]:
@@ -275,7 +321,7 @@ def _module_table(module: Any, rngs: Any, args: tuple, kwargs: dict, method: Any
     calls, variables = _record_calls(module, rngs, args, kwargs, method, mutable)
     rows = _rows(calls, variables, depth, show_repeated)
     if compute_flops or compute_vjp_flops:
-        streams = _abstract(rngs if isinstance(rngs, Mapping) else {"params": rngs})
+        streams = abstract_tree(rngs if isinstance(rngs, Mapping) else {"params": rngs})
         for r in rows:
             _add_flops(r, streams, mutable, compute_flops, compute_vjp_flops)
     return Table(module, _collections(variables), rows)
@@ -340,7 +386,13 @@ def tabulate(module: Any, rngs: Any, depth: int | None = None, show_repeated: bo
 
 # Names Flax's module imports for its own use; code written for Flax reaches for some of
 # them from here.
-from flaxen.core import DenyList, meta, unfreeze  # noqa: E402, F401
-from flaxen.core._rng import LazyRng  # noqa: E402, F401
+from flaxen.core import DenyList, meta  # noqa: E402, F401
 from flaxen.core.scope import FrozenVariableDict  # noqa: E402, F401
 from flaxen.linen import module as module_lib  # noqa: E402, F401
+from flaxen.typing import (  # noqa: E402, F401
+    Array,
+    LogicalNames,
+    MutableVariableDict,
+    PRNGKey,
+    RNGSequences,
+)

@@ -125,8 +125,8 @@ _TODAY_NAMES = frozenset((
     "unflatten", "unpack", "update_context", "use_eager_sharding", "using_eager_sharding",
     "var_defaults", "variable_name_from_type", "variable_type_from_name", "variables", "view",
     "view_info", "vjp", "while_loop", "with_attributes", "with_rngs", "with_vars",
-    # names Flax keeps as deprecated aliases
-    "abstract_with_sharding", "vars_as",
+    # names Flax keeps as deprecated aliases (calling them warns, as in Flax)
+    "abstract_with_sharding", "pure", "vars_as",
     # submodules
     "compat", "deprecations", "extract", "graphlib", "helpers", "optimizer", "proxy_caller",
     "pytreelib", "reprlib", "statelib", "summary", "tracers", "traversals", "variablelib",
