@@ -78,11 +78,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-Array = Any
 VariableDict = Mapping[str, Mapping[str, Any]]
 FrozenVariableDict = FrozenDict[str, Any]
-MutableVariableDict = dict
-RNGSequences = dict
 _fold_in_static = fold_in_static
 _is_valid_rng = is_valid_rng
 
@@ -811,4 +808,11 @@ from flaxen.ids import uuid  # noqa: E402, F401
 
 # Type aliases Flax's module imports from flax.typing (code written for Flax imports them from
 # here too); the very objects of flaxen.typing.
-from flaxen.typing import Collection, MutableCollection, PRNGFoldable  # noqa: E402, F401
+from flaxen.typing import (  # noqa: E402, F401 - Flax's module re-exports these aliases
+    Array,
+    Collection,
+    MutableCollection,
+    MutableVariableDict,
+    PRNGFoldable,
+    RNGSequences,
+)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from flaxen import errors
 from flaxen.core import lift, meta
@@ -66,11 +66,10 @@ from flaxen.linen._transform_wrap import (
     module_fingerprint,
     set_module_scopes,
 )
+from flaxen.typing import InOutAxis, InOutScanAxis
 
 Target = TypeVar("Target")
 C = TypeVar("C")
-InOutAxis = Any
-InOutScanAxis = Any
 
 __all__ = [
     "ModuleT", "TransformTarget", "clean_clone", "decorator_lift_transform_cached",
@@ -413,11 +412,12 @@ def add_metadata_axis(
     for col, axis in dict(variable_axes).items():
         if axis is None:
             continue
+        index = cast(int, axis)  # the metadata axis: an int in practice, as Flax passes it
         target = map_variables(
             target, col,
-            trans_in_fn=functools.partial(meta.remove_axis, index=axis,
+            trans_in_fn=functools.partial(meta.remove_axis, index=index,
                                           params=metadata_params),
-            trans_out_fn=functools.partial(meta.add_axis, index=axis, params=metadata_params),
+            trans_out_fn=functools.partial(meta.add_axis, index=index, params=metadata_params),
             mutable=True)
     return target
 
