@@ -217,8 +217,15 @@ def unflatten_dict(xs: Mapping[Any, Any], sep: str | None = None) -> dict[Any, A
     # slots means some key overwrote another entry (a sub-dict or a leaf).
     if len(result) + sum(map(len, nodes)) != len(xs) + len(nodes):
         _check_paths(xs if sep is None else _split_keys(xs, sep), None)
-        raise ValueError(f"unflatten_dict: two keys name the same entry. {_CONFLICT_FIX}")
+        raise _PathConflictError(
+            f"unflatten_dict: two keys name the same entry. {_CONFLICT_FIX}")
     return result
+
+
+class _PathConflictError(ValueError, TypeError):
+    # A ValueError by meaning; also a TypeError, which is what Flax raises when a leaf is
+    # then used as a sub-dict (it tries to assign into the leaf)
+    pass
 
 
 class _SepKeyError(TypeError, AttributeError):
@@ -297,7 +304,7 @@ def _check_paths(xs: Mapping[Any, Any], error: BaseException | None) -> None:
     for path in xs:
         for i in range(1, len(path)):
             if tuple(path[:i]) in keys:
-                raise ValueError(
+                raise _PathConflictError(
                     f"unflatten_dict: key {tuple(path[:i])!r} holds a leaf, but key {path!r} uses "
                     f"it as a sub-dict. {_CONFLICT_FIX}"
                 ) from error

@@ -70,6 +70,8 @@ def test_flatten_rejects_non_dicts():
 def test_unflatten_conflicts_and_empty_paths_raise():
     with pytest.raises(ValueError, match=r"key \('a',\) holds a leaf, but key \('a', 'b'\)"):
         tu.unflatten_dict({("a",): 1, ("a", "b"): 2})
+    with pytest.raises(TypeError):  # what Flax raises there: stays catchable as that
+        tu.unflatten_dict({("a",): 1, ("a", "b"): 2})
     with pytest.raises(ValueError, match="both a leaf and a sub-dict"):
         tu.unflatten_dict({("a", "b"): 2, ("a",): 1})
     with pytest.raises(ValueError, match="empty path"):
