@@ -21,6 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
+# The module, not its classes: every exception class named here is part of the public set.
+from flaxen.layer_math import errors as _layer_errors
+
 __all__ = [
     "NNXInteropError",
     "InvalidNNXValueError",
@@ -34,6 +37,7 @@ __all__ = [
     "MeshRequiredError",
     "BatchSizeError",
     "CarryStructureError",
+    "MissingAxisError",
     "NNXRulesMissingError",
     "NNXFilterError",
     "NNXError",
@@ -584,12 +588,25 @@ class NNXUnsupportedError(NNXTransformError, NotImplementedError):
 
 
 class BatchSizeError(FlaxError, ValueError, AssertionError):
-    """The batched arguments of a data-parallel helper (``jax_utils.pad_shard_unpad``) have
-    no batch size to go by, or disagree on it; an ``AssertionError`` too, as Flax's ``assert``
-    raises there.
+    """Batched arguments have no batch size to go by, or disagree on it: those of a
+    data-parallel helper (``jax_utils.pad_shard_unpad``, where Flax's ``assert`` makes it an
+    ``AssertionError`` too) or the mapped inputs and variables of a lifted ``vmap`` (a
+    ``ValueError`` there, as in Flax).
 
     >>> isinstance(BatchSizeError('sizes 3 and 4: give them one size'), AssertionError)
     True
+    """
+
+
+class MissingAxisError(FlaxError, _layer_errors.LayerRankError, IndexError):
+    """An input has fewer dimensions than a layer needs (an RNN input without a time axis,
+    attention inputs without a heads axis). Flax fails there indexing a shape
+    (``IndexError``); this class is an ``IndexError`` for that, and a ``LayerRankError``
+    (so a ``ValueError`` and an ``AssertionError``) like flaxen's other rank mistakes.
+
+    >>> err = MissingAxisError('RNN: inputs of shape (3,): add a time axis')
+    >>> isinstance(err, IndexError), isinstance(err, ValueError)
+    (True, True)
     """
 
 

@@ -24,21 +24,44 @@ from flaxen.core._packing import _split_in_out_axes, _unzip, pack, tree_map_rngs
 from flaxen.core._rng import LazyRng
 from flaxen.core.axes_scan import broadcast
 from flaxen.core.scope import Scope
-from flaxen.errors import CarryStructureError
+from flaxen.errors import BatchSizeError, CarryStructureError
 
 _map_rngs = tree_map_rngs
 
 
-def _axis_size(in_axes: Any, args: tuple, axis_size: int | None) -> int | None:
+def _axis_size(variable_axes: tuple, variable_groups: tuple, in_axes: Any, args: tuple,
+               axis_size: int | None) -> int:
+    """The batch size of a lifted vmap: one size read per leaf of the axis specs.
+
+    As in Flax, each mapped axis spec (one per variable group, ``in_axes`` as given)
+    contributes the size of the first array under it, and every size must agree, even with
+    an explicit ``axis_size`` (which then wins over a single inferred size).
+    """
+    def size_under(axis: Any, tree: Any) -> Any:
+        if axis is None:
+            return ()
+        leaves = jax.tree_util.tree_leaves(tree)
+        return jnp.shape(leaves[0])[axis] if leaves else ()
+
+    found = jax.tree_util.tree_map(size_under, (variable_axes, in_axes),
+                                   (variable_groups, args), is_leaf=lambda x: x is None)
+    sizes = sorted(set(jax.tree_util.tree_leaves(found)))
+    if len(sizes) > 1:
+        raise BatchSizeError(
+            "Inconsistent batch axis sizes: {" + ", ".join(map(str, sizes)) + "}: the "
+            f"inputs mapped by in_axes={in_axes!r} and the variables mapped by variable_axes "
+            "must all have one size along their mapped axes. Give every mapped input the "
+            "size the mapped variables were created with, or change in_axes."
+        )
     if axis_size is not None:
         return axis_size
-    axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
-    leaves = jax.tree_util.tree_leaves(args)
-    axis_leaves = axes_scan.broadcast_prefix(tuple(axes), tuple(args))
-    for axis, leaf in zip(axis_leaves, leaves):
-        if axis is not None and axis is not broadcast:
-            return jnp.shape(leaf)[axis]
-    return None
+    if not sizes:
+        raise BatchSizeError(
+            "axis_size should be specified manually: no input (in_axes) or existing "
+            "variable (variable_axes) is mapped, so vmap has no size to go by. Pass "
+            "axis_size=..., or map an input."
+        )
+    return sizes[0]
 
 
 def vmap(
@@ -65,12 +88,11 @@ def vmap(
     rng_groups_f, rng_splits = _unzip(split_rngs.items())
 
     def inner(scope_fn, repack_fn, variable_groups, rng_groups, *args):
-        size = _axis_size(in_axes, args, axis_size)
-        if size is None and any(rng_splits):
-            raise ValueError(
-                "vmap cannot split RNGs without knowing the axis size: no input is mapped "
-                "(all in_axes are None). Pass axis_size=... ."
-            )
+        variable_groups = tuple(
+            meta.remove_axis(g, ax, metadata_params) if ax is not None else g
+            for g, ax in zip(variable_groups, variable_in_axes))
+        call_in_axes = tuple(in_axes) if isinstance(in_axes, list) else in_axes
+        size = _axis_size(variable_in_axes, variable_groups, call_in_axes, args, axis_size)
 
         def split(rng: LazyRng) -> LazyRng:
             return LazyRng(jax.random.split(rng.rng, size), rng.suffix)
@@ -78,10 +100,6 @@ def vmap(
         rng_groups = tuple(_map_rngs(split, g) if s else g
                            for g, s in zip(rng_groups, rng_splits))
         rng_axes = tuple(0 if s else None for s in rng_splits)
-        variable_groups = tuple(
-            meta.remove_axis(g, ax, metadata_params) if ax is not None else g
-            for g, ax in zip(variable_groups, variable_in_axes))
-        call_in_axes = tuple(in_axes) if isinstance(in_axes, list) else in_axes
         if not isinstance(call_in_axes, tuple):
             call_in_axes = (call_in_axes,) * len(args)
 

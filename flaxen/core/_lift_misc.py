@@ -156,10 +156,20 @@ def jit(
     device: Any = None,
     backend: str | None = None,
 ) -> Callable[..., Any]:
-    """A ``jax.jit`` of ``fn(scope, *args)``; traces are reused across calls.
+    """A ``jax.jit`` of ``fn(scope, module_hash_key, *args)``; traces are reused across calls.
 
-    ``static_argnums`` count the arguments after the scope. RNG streams are reseeded with
-    one ``make_rng`` per stream and call, so repeated calls draw fresh keys.
+    Called as ``jit(fn)(scope, module_hash_key, *args)`` (Flax's convention). The hashable
+    ``module_hash_key`` is part of the cache key and reaches ``fn`` unchanged.
+    ``static_argnums``/``donate_argnums`` count the scope as 0 and ``args`` from 1 (the key
+    is not counted); index 0 is ignored. RNG streams are reseeded with one ``make_rng`` per
+    stream and call, so repeated calls draw fresh keys.
+
+    >>> import jax
+    >>> from flaxen.core import init
+    >>> def f(scope, key, x):
+    ...     return x * scope.param('k', lambda rng, shape: 1.0, ())
+    >>> float(init(lambda s, x: jit(f)(s, 'f', x))(jax.random.key(0), 2.0)[0])
+    2.0
     """
     if isinstance(static_argnums, int):
         static_argnums = (static_argnums,)
@@ -167,15 +177,18 @@ def jit(
         donate_argnums = (donate_argnums,)
     if isinstance(static_argnames, str):
         static_argnames = (static_argnames,)
-    # Positions in the jitted core: (fingerprint, variable_groups, rng_groups, *args).
-    jit_static = (0,) + tuple(i + 3 for i in static_argnums)
-    jit_donate = tuple(i + 3 for i in donate_argnums)
+    # User index i >= 1 is args[i - 1], i.e. position i + 2 of
+    # core(fingerprint, variable_groups, rng_groups, *args); the scope (0) never reaches jax.
+    jit_static = (0,) + tuple(i + 2 for i in static_argnums if i > 0)
+    jit_donate = tuple(i + 2 for i in donate_argnums if i > 0)
 
+    # Wrapping fn lets jax check static_argnums/static_argnames against fn's own signature,
+    # so an out-of-range index fails when the transform is built, as in Flax.
+    @functools.wraps(fn)
     def core(fingerprint, variable_groups, rng_groups, *args, **kwargs):
-        del fingerprint
         scope_fn, repack_fn = _JIT_CONTEXT.fns
         scope = scope_fn(variable_groups, rng_groups)
-        y = fn(scope, *args, **kwargs)
+        y = fn(scope, fingerprint[1], *args, **kwargs)
         return y, repack_fn(scope)
 
     jit_kwargs = {}
@@ -186,19 +199,15 @@ def jit(
     jitted = jax.jit(core, static_argnums=jit_static, static_argnames=tuple(static_argnames),
                      donate_argnums=jit_donate, **jit_kwargs)
 
-    def wrapper(scope_tree: Any, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(scope_tree: Any, module_hash_key: Any, *args: Any, **kwargs: Any) -> Any:
         roots = jax.tree_util.tree_leaves(scope_tree, is_leaf=lambda x: isinstance(x, Scope))
-        if len(args) < len(static_argnums) and static_argnums and max(static_argnums) >= len(args):
-            raise TypeError(
-                f"jit got {len(args)} positional arguments (after the scope) but "
-                f"static_argnums={tuple(static_argnums)} refers to argument "
-                f"{max(static_argnums)}; pass all static arguments positionally."
-            )
-        # The trace depends on the scopes' mutability and flags: make them static. Not on
-        # their paths: the variables and keys of the scope come in as arguments, so modules
-        # configured alike at different paths share one trace (as in Flax).
-        fingerprint = tuple(
-            (_hashable_filter(s.mutable), tuple(sorted(s.flags.items()))) for s in roots)
+        # The trace depends on the scopes' mutability and flags and on the key: all static.
+        # Not on their paths: the variables and keys of the scope come in as arguments, so
+        # modules configured alike at different paths share one trace (as in Flax).
+        fingerprint = (
+            tuple((_hashable_filter(s.mutable), tuple(sorted(s.flags.items()))) for s in roots),
+            module_hash_key,
+        )
 
         def inner(scope_fn, repack_fn, variable_groups, rng_groups, *args, **kwargs):
             rng_groups = _reseeded(rng_groups, roots)

@@ -250,8 +250,12 @@ def pack(
 
 def _lifted_debug_path(debug_path: tuple, name: str | None) -> tuple:
     """``debug_path`` with its last name wrapped in the transform's: ``('a', 'vmap(b)')``."""
-    if not name or not debug_path:
+    if not name:
         return debug_path
+    if not debug_path:
+        # A root scope has no name to wrap; errors still say which transform they came
+        # from (``"/jit()"``), as Flax's do.
+        return (f"{name}()",)
     return (*debug_path[:-1], f"{name}({debug_path[-1]})")
 
 

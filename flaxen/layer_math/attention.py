@@ -32,6 +32,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.ad_checkpoint import checkpoint_name
 
+from flaxen.errors import MissingAxisError
 from flaxen.layer_math.dtypes import promote_dtype
 from flaxen.layer_math.errors import LayerRankError, LayerShapeError
 
@@ -151,18 +152,22 @@ def check_qkv(
     """
     named = [("query", query), ("key", key)] + ([("value", value)] if value is not None else [])
     layout = "[batch..., length, num_heads, depth]"
+    # Ranks are compared before each is checked, in Flax's order, so a mix of ranks reports
+    # Flax's "same rank" phrase.
+    if len({a.ndim for _, a in named}) != 1:
+        shapes = ", ".join(f"{n}={tuple(a.shape)}" for n, a in named)
+        which = "q, k, v" if value is not None else "q, k"
+        raise LayerRankError(
+            f"{fn}: {which} must have same rank, but got {shapes}. Each must be "
+            f"{layout} with the same batch axes."
+        )
     for name, a in named:
         if a.ndim < 3 and not grouped_heads:
-            raise LayerRankError(
+            # Flax indexes the missing axis and fails with an IndexError.
+            raise MissingAxisError(
                 f"{fn}: {name} must have shape {layout} (rank >= 3), but got shape "
                 f"{tuple(a.shape)}. Add the missing axes, e.g. a num_heads axis of size 1."
             )
-    if len({a.ndim for _, a in named}) != 1:
-        shapes = ", ".join(f"{n}={tuple(a.shape)}" for n, a in named)
-        raise LayerRankError(
-            f"{fn}: q, k, v must have same rank, but got {shapes}. Each must be "
-            f"{layout} with the same batch axes."
-        )
     batch = query.shape[:-3]
     for name, a in named[1:]:
         if a.shape[:-3] != batch:

@@ -25,9 +25,10 @@ import jax.numpy as jnp
 from jax import random
 
 from flaxen.core import FrozenDict
+from flaxen.errors import MissingAxisError
 from flaxen.linen import transforms
 from flaxen.linen._cells import RNNCellBase
-from flaxen.linen._layer_errors import LayerRankError, LayerShapeError
+from flaxen.linen._layer_errors import LayerShapeError
 from flaxen.linen.module import Module, compact
 
 Array = jax.Array
@@ -147,7 +148,8 @@ class RNN(Module):
         if jnp.ndim(inputs) < n_features + 1:
             layout = ("[time, batch..., features]" if time_major
                       else "[batch..., time, features]")
-            raise LayerRankError(
+            # Flax fails here indexing the missing axis: an IndexError (and a ValueError).
+            raise MissingAxisError(
                 f"RNN: inputs of shape {jnp.shape(inputs)} have {jnp.ndim(inputs)} "
                 f"dimension(s), but {type(self.cell).__name__} needs at least "
                 f"{n_features + 1}: a time axis and {n_features} feature axis(es), laid out "

@@ -27,9 +27,10 @@ def test_jit_mutation_survives_and_fresh_keys_per_call():
         return s.make_rng("dropout")
 
     def m(scope, x):
-        y = lift.jit(dense)(scope.push("j"), x)
-        k1 = lift.jit(inc)(scope, x)
-        k2 = lift.jit(inc)(scope, x)
+        # as Flax's: fn(scope, module_hash_key, *args), the key part of the cache key
+        y = lift.jit(lambda s, _, x: dense(s, x))(scope.push("j"), "dense", x)
+        k1 = lift.jit(lambda s, _, x: inc(s, x))(scope, "inc", x)
+        k2 = lift.jit(lambda s, _, x: inc(s, x))(scope, "inc", x)
         return y, k1, k2
 
     (y, k1, k2), v = init(m)({"params": K, "dropout": K}, X)
