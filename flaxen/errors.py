@@ -39,6 +39,8 @@ __all__ = [
     "CarryStructureError",
     "MissingAxisError",
     "NNXRulesMissingError",
+    "NNXStructureChangeError",
+    "VariableInPlaceError",
     "NNXFilterError",
     "NNXError",
     "GraphUpdateStaticError",
@@ -643,11 +645,37 @@ class MeshRequiredError(FlaxError, ValueError):
         return (type(self), (self.out_sharding,))
 
 
-class NNXRulesMissingError(NNXError, AttributeError):
+class NNXRulesMissingError(NNXError, AttributeError, ValueError):
     """A custom-derivative function was called before its rules were given (``defvjp``);
-    an ``AttributeError``, as JAX's own ``custom_vjp`` raises."""
+    an ``AttributeError``, as JAX's own ``custom_vjp`` raises, and a ``ValueError``, as
+    Flax's ``nnx.custom_vjp`` raises."""
 
     default_fix = "Call f.defvjp(fwd, bwd) before calling f."
+
+
+class NNXStructureChangeError(NNXTransformError, TypeError):
+    """The state a control-flow transform carries changed structure: the branches of
+    ``nnx.cond``/``nnx.switch`` left it differently, or a loop step (``fori_loop``,
+    ``while_loop``, ``scan``) added, removed or replaced an attribute or Variable. A
+    ``TypeError`` too, which is what JAX (and so Flax) raises for mismatched structures.
+
+    >>> isinstance(NNXStructureChangeError('', 'nnx.cond: branches differ'), TypeError)
+    True
+    """
+
+    default_fix = "Create all state before the transform; let the body change only values."
+
+
+class VariableInPlaceError(NNXError, NotImplementedError):
+    """An augmented assignment (``v += x``, ``v *= x``, ...) on a Variable itself. As in
+    Flax 0.12.8 these are refused: they would rebind the name to the result in plain
+    Python semantics. Update the value in place with ``v[...] += x``.
+
+    >>> isinstance(VariableInPlaceError('', 'v += 1'), NotImplementedError)
+    True
+    """
+
+    default_fix = "Write `v[...] += x` to update the Variable's value in place."
 
 
 class NNXArgumentError(NNXError, TypeError):

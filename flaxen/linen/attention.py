@@ -36,7 +36,7 @@ from flaxen.linen._attention_fns import (
     make_attention_mask,
     make_causal_mask,
 )
-from flaxen.linen._layer_errors import LayerRankError, LayerShapeError
+from flaxen.linen._layer_errors import LayerShapeError
 from flaxen.linen.linear import DenseGeneral, default_kernel_init
 from flaxen.linen.module import Module, compact, merge_param
 
@@ -161,7 +161,7 @@ class MultiHeadDotProductAttention(Module):
                                                   inputs_kv)
         for name, x in (("inputs_q", inputs_q), ("inputs_k", inputs_k), ("inputs_v", inputs_v)):
             if jnp.ndim(x) < 2:
-                raise LayerRankError(
+                raise errors.MissingAxisError(  # an IndexError too, as Flax fails there
                     f"{layer}: {name} of shape {jnp.shape(x)} must be [batch..., length, "
                     "features] (at least 2 dimensions). Add the missing axis, e.g. x[None] "
                     "for a single sequence."

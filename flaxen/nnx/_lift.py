@@ -62,7 +62,7 @@ import typing as tp
 import jax
 import numpy as np
 
-from flaxen.errors import NNXTransformError, TraceContextError
+from flaxen.errors import NNXStructureChangeError, NNXTransformError, TraceContextError
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import _trace
 from flaxen.nnx._graph_node import GraphNode
@@ -583,7 +583,7 @@ def check_carry(lift: Lift, after_defs: tuple, after_refs: list, built: dict[int
                 "Update Variables in place (v[...] = ...) and return the objects the step "
                 "received instead of new ones.")
     if _outline(after_defs[:n]) != _outline(before[:n]):
-        raise NNXTransformError(
+        raise NNXStructureChangeError(
             "", f"{what}: the loop state changed its structure between iterations (an "
             "attribute, a Variable or a container was added, removed or replaced)",
             "Create all state before the loop and keep the same objects in it.")

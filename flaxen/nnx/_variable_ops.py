@@ -4,8 +4,9 @@ Each operator reads the Variable's value (``get_value()``, so subclass overrides
 apply), unwraps a Variable on the other side, and calls the value's own dunder method (as
 Flax 0.12.8 does): what the value's type answers is the answer, ``NotImplemented`` included,
 so ``round(param)`` keeps a float array's dtype and ``math.floor(param)`` fails for a JAX array
-as it does in Flax. In-place operators (``param += 1``) write the result back with
-``set_value`` and keep the same Variable.
+as it does in Flax. In-place operators (``param += 1``) raise
+:class:`~flaxen.errors.VariableInPlaceError`, as in Flax 0.12.8: ``param[...] += 1`` updates
+the value.
 
 The set of dunders is Flax 0.12.8's: no ``__array__`` (so ``np.float64(2) * param`` defers
 to the Variable and stays a JAX array, also under ``jit``), no ``__bool__``, no ``__ne__``
@@ -24,6 +25,8 @@ from __future__ import annotations
 import operator
 import typing as tp
 
+from flaxen.errors import VariableInPlaceError
+
 
 def _unwrap(x: tp.Any) -> tp.Any:
     get = getattr(type(x), "_variable_get_value", None)
@@ -38,12 +41,21 @@ def _binary(name: str) -> tp.Callable:
     return method
 
 
-def _inplace(fn: tp.Callable[[tp.Any, tp.Any], tp.Any], name: str) -> tp.Callable:
-    def method(self: tp.Any, other: tp.Any) -> tp.Any:
-        self.set_value(fn(self.get_value(), _unwrap(other)))
-        return self
+_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "matmul": "@", "truediv": "/",
+           "floordiv": "//", "mod": "%", "pow": "**", "lshift": "<<", "rshift": ">>",
+           "and": "&", "xor": "^", "or": "|"}
 
-    method.__name__ = name
+
+def _inplace(op: str) -> tp.Callable:
+    def method(self: tp.Any, other: tp.Any) -> tp.Any:
+        sym = _SYMBOL[op]
+        raise VariableInPlaceError(
+            "", f"In-place operations are no longer supported for Variable: `v {sym}= x` on "
+            f"a {type(self).__name__}",
+            f"Use `v[...] {sym}= x` to update its value in place (the Variable stays the "
+            f"same object), or `y = v {sym} x` for a new array.")
+
+    method.__name__ = f"__i{op}__"
     return method
 
 
@@ -95,7 +107,7 @@ _fn: tp.Callable[..., tp.Any]
 for _name, _fn in _BINARY.items():
     setattr(ArrayOps, f"__{_name}__", _binary(f"__{_name}__"))
     setattr(ArrayOps, f"__r{_name}__", _binary(f"__r{_name}__"))
-    setattr(ArrayOps, f"__i{_name}__", _inplace(_fn, f"__i{_name}__"))
+    setattr(ArrayOps, f"__i{_name}__", _inplace(_name))
 for _name in _UNARY:
     setattr(ArrayOps, f"__{_name}__", _unary(f"__{_name}__"))
 del _name, _fn

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from flaxen import nnx
+from flaxen import errors, nnx
 from flaxen.core import freeze
 from flaxen.experimental import nnx as old_nnx
 
@@ -40,8 +40,12 @@ def test_variable_index_get_set_and_inplace():
     v[...] += 2
     v[1] = 7.0
     assert v[...].tolist() == [2.0, 7.0, 2.0] and float(v[1]) == 7.0
-    v += 1  # in place: the same Variable, value updated
-    assert isinstance(v, nnx.Param) and v[...].tolist() == [3.0, 8.0, 3.0]
+    with pytest.raises(NotImplementedError, match="In-place operations are no longer "
+                       r"supported for Variable.*v\[\.\.\.\] \+= x"):
+        v += 1  # as in Flax 0.12.8: refused, the value is updated through v[...]
+    assert isinstance(v, nnx.Param) and v[...].tolist() == [2.0, 7.0, 2.0]
+    with pytest.raises(errors.VariableInPlaceError, match=r"v @= x"):
+        v @= v
     d = nnx.Variable({"a": 1})
     d["b"] = 2
     assert d.get_value() == {"a": 1, "b": 2} and len(d) == 2 and "a" in d

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from flaxen import traceback_util
-from flaxen.errors import NNXTransformError
+from flaxen.errors import NNXStructureChangeError
 from flaxen.nnx._modes import resolve_modes
 from flaxen.nnx.transforms._mapped import mapped_call
 
@@ -54,7 +54,7 @@ def _branching(kind: str, selector: tp.Any, branches: tp.Sequence[tp.Callable],
             except TypeError as e:
                 if "same pytree structure" not in str(e):
                     raise
-                raise NNXTransformError(
+                raise NNXStructureChangeError(
                     "", f"nnx.{kind}: the branches left the graph nodes (or returned outputs) "
                     "with different structures", "Make every branch create, remove and return "
                     "the same attributes and Variables; change only values.") from e
