@@ -121,17 +121,11 @@ def get_partition_spec(tree: A) -> A:
 
 def get_named_sharding(tree: A, mesh: Mesh) -> A:
     """The same tree with each value replaced by its ``NamedSharding`` on ``mesh``."""
-    specs = get_partition_spec(tree)
-
-    def named(x: tp.Any) -> tp.Any:
-        if _is_var(x):
-            return x.replace(NamedSharding(mesh, _raw(x)))
-        if isinstance(x, PartitionSpec):
-            return NamedSharding(mesh, x)
-        return x
-
-    return jax.tree_util.tree_map(
-        named, specs, is_leaf=lambda x: _is_var(x) or isinstance(x, PartitionSpec))
+    # a map over the specs' leaves (PartitionSpecs are leaves): Variables are rebuilt by
+    # their unflatten, so their metadata comes out in the order a jax.tree.map gives, as
+    # in Flax
+    return jax.tree_util.tree_map(lambda p: NamedSharding(mesh, p),
+                                  get_partition_spec(tree))
 
 
 def with_sharding_constraint(x: tp.Any, axis_resources: tp.Any, mesh: Mesh | None = None

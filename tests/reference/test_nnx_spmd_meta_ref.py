@@ -58,3 +58,19 @@ def test_metadata_key_order_as_flax(name):
         return list(md), {k: md[k] for k in ("foo", "bar", "baz") if k in md}
 
     assert meta(nnx) == meta(fnnx)
+
+
+def _named_shardings(lib):
+    mesh = jax.make_mesh((1,), ("model",))
+    with jax.set_mesh(mesh):
+        init = lib.with_partitioning(lib.initializers.lecun_normal(), (None, "model"))
+        layer = lib.Linear(2, 4, kernel_init=init, rngs=lib.Rngs(0))
+    named = lib.get_named_sharding(lib.state(layer), mesh)
+    kernel = named["kernel"]
+    return (type(kernel).__name__, list(kernel.get_metadata()), kernel.get_value().spec,
+            named["bias"].get_value().spec)
+
+
+def test_get_named_sharding_as_flax():
+    # the metadata order too: Flax rebuilds each Variable by a tree map
+    assert _named_shardings(nnx) == _named_shardings(fnnx)
