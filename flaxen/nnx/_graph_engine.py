@@ -110,7 +110,7 @@ class FlatGraph:
     """Result of one walk: the definitions, the shared objects and the State leaves."""
 
     __slots__ = ("defs", "refs", "leaves", "paths", "containers", "has_arrays", "epoch",
-                 "graphdef", "tree", "lookup")
+                 "graphdef", "tree", "lookup", "sorted_attrs")
 
     def __init__(self, defs: tuple, refs: list, leaves: list, paths: list,
                  containers: list, has_arrays: bool) -> None:
@@ -126,6 +126,9 @@ class FlatGraph:
         # once against a real tree-mode flatten; False when the two disagree
         self.tree: tp.Any = None
         self.lookup: tp.Any = None  # update's generated state lookup (see _graph_ops)
+        # a transform has put the walked nodes' attributes in name order (see
+        # _lift.Lift.finish): while this walk stays valid, they still are
+        self.sorted_attrs = False
 
     @property
     def variables(self) -> list:

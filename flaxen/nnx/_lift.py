@@ -340,6 +340,9 @@ class Lift:
                 self.write_values(values[:n_in], out.changed)
             return build_output(out, values[n_in:], out_leaves)
         flat = self.flat
+        if flat is not None and update_inputs and not flat.sorted_attrs:
+            sort_attributes(flat.refs)
+            flat.sorted_attrs = True
         if out.fast and flat is not None and update_inputs:
             # one C-level loop; object.__setattr__ skips Variable's checked __setattr__
             for _ in map(_setattr, flat.leaves, _RAW, values):
@@ -357,6 +360,33 @@ class Lift:
         for p, n in zip(out.out_node_pos, roots[out.n_inputs:]):
             leaves[p] = n
         return out.out_treedef.unflatten(leaves)
+
+
+def sort_attributes(objs: tp.Iterable[tp.Any]) -> None:
+    """Puts each graph node's attributes in name order, in place (the same ``__dict__``).
+
+    Flax's graph-updates transforms rebuild every input node from its sorted attributes on
+    the way out, so after ``nnx.jit``/``grad``/``vmap``/... a Module lists (and prints) its
+    attributes alphabetically; this gives the same order without rebuilding. Called once
+    per fresh walk: a cached walk's nodes keep the order (a new attribute means a new walk).
+    Sequence-like nodes (``nnx.List``: keys are positions) and the 0.8.3 face's objects keep
+    theirs."""
+    for o in objs:
+        if not isinstance(o, GraphNode):
+            continue
+        t = type(o)
+        if t._graph_int_keys or t._nnx_lenient_trace:
+            continue
+        d = o.__dict__
+        keys = list(d)
+        try:
+            order = sorted(keys)
+        except TypeError:  # keys that do not compare: leave them as they are
+            continue
+        if order != keys:
+            items = [(k, d[k]) for k in order]
+            d.clear()
+            d.update(items)
 
 
 def check_foreign_writes(leaves: tp.Sequence[tp.Any], new_values: tp.Sequence[tp.Any]
@@ -574,19 +604,21 @@ def check_carry(lift: Lift, after_defs: tuple, after_refs: list, built: dict[int
     first ``n_roots`` roots are compared (scan's outputs follow them)."""
     before = lift.static.defs
     n = len(before) if n_roots is None else n_roots
-    refs = lift.refs
-    for i, ref in enumerate(after_refs[: len(refs)]):
-        if built.get(i) is not ref:
-            raise NNXTransformError(
-                _ref_path(lift, i), f"{what}: {identity_msg}; the step returned a different "
-                f"object ({type(ref).__name__}) where its input had one",
-                "Update Variables in place (v[...] = ...) and return the objects the step "
-                "received instead of new ones.")
+    # the structure first: an added or removed Variable (a sow in the body, say) shifts the
+    # objects after it, which would otherwise read as a replaced object
     if _outline(after_defs[:n]) != _outline(before[:n]):
         raise NNXStructureChangeError(
             "", f"{what}: the loop state changed its structure between iterations (an "
             "attribute, a Variable or a container was added, removed or replaced)",
             "Create all state before the loop and keep the same objects in it.")
+    refs = lift.refs
+    for i, ref in enumerate(after_refs[: len(refs)]):
+        if built.get(i) is not ref:
+            raise NNXStructureChangeError(
+                _ref_path(lift, i), f"{what}: {identity_msg}; the step returned a different "
+                f"object ({type(ref).__name__}) where its input had one",
+                "Update Variables in place (v[...] = ...) and return the objects the step "
+                "received instead of new ones.")
 
 
 def _ref_path(lift: Lift, index: int) -> str:

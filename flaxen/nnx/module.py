@@ -21,6 +21,7 @@ True
 
 from __future__ import annotations
 
+import operator
 import typing as tp
 import warnings
 from collections.abc import MutableMapping, MutableSequence
@@ -324,6 +325,13 @@ class List(reprlib.SequenceReprMixin, Module, MutableSequence[T]):
         return sum(1 for k in d if k.isdigit())
 
     def _index(self, i: int) -> int:
+        if type(i) is not int:
+            try:
+                i = operator.index(i)  # NumPy and other integer types
+            except TypeError:
+                raise TypeError(
+                    f"Invalid index type: nnx.List indices must be integers or slices, not "
+                    f"{type(i).__name__}.") from None
         n = len(self)
         j = i + n if i < 0 else i
         if not 0 <= j < n:
@@ -339,7 +347,15 @@ class List(reprlib.SequenceReprMixin, Module, MutableSequence[T]):
     def __setitem__(self, i: int | slice, value: tp.Any) -> None:
         if isinstance(i, slice):
             items = list(self)
-            items[i] = list(value)
+            new = list(value)
+            n_old = len(range(*i.indices(len(items))))
+            if len(new) != n_old:
+                # as Flax's List: slice assignment replaces items, it never resizes
+                raise ValueError(
+                    f"Length mismatch: the slice selects {n_old} items of the nnx.List but "
+                    f"{len(new)} values were given. Give one value per selected item; use "
+                    "append/insert/del to change the length.")
+            items[i] = new
             self._reset(items)
             return
         _write(self, str(self._index(i)), value)

@@ -51,3 +51,25 @@ def test_augmented_assignment_on_a_variable_is_refused():
             exec(f"v {op} 1", {"v": v})
     v[...] += 1
     assert v[...].tolist() == [2.0, 2.0]
+
+
+class _Sows(nnx.Module):
+    def __init__(self) -> None:
+        self.w = nnx.Param(jnp.ones(2))
+
+    def __call__(self, x):
+        self.sow(nnx.Intermediate, "h", x.sum())  # adds a Variable inside the loop body
+        return x * self.w[...]
+
+
+def test_a_sow_inside_a_loop_body_is_a_type_error_naming_the_structure():
+    with pytest.raises(TypeError, match="changed its structure"):
+        nnx.fori_loop(0, 2, lambda i, c: (c[0], c[0](c[1])), (_Sows(), jnp.ones(2)))
+
+    @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=(nnx.Carry, 0))
+    def step(carry, x):
+        m, h = carry
+        return (m, m(h)), x
+
+    with pytest.raises(TypeError):
+        step((_Sows(), jnp.ones(2)), jnp.ones(3))

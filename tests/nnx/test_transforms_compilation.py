@@ -366,3 +366,14 @@ def test_jit_refs_in_and_out():
     with nnx.var_defaults(hijax=True):
         abstract = nnx.eval_shape(lambda: nnx.Linear(1, 2, rngs=nnx.Rngs(0)))
     assert abstract.kernel.shape == (1, 2)
+
+
+def test_jit_names_the_computation_after_the_users_function():
+    import jax as _jax
+
+    def scaled_by_two(x):
+        return x * 2
+
+    for modes in ({}, {"graph_updates": False}, {"graph": False}):
+        jaxpr = str(_jax.make_jaxpr(nnx.jit(scaled_by_two, **modes))(1.0))
+        assert "name=scaled_by_two" in jaxpr, (modes, jaxpr)

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flaxen import traceback_util
-from flaxen.errors import NNXArgumentError, NNXTransformError
+from flaxen.errors import NNXArgumentError, NNXStructureChangeError, NNXTransformError
 from flaxen.nnx import _graph_engine as eng
 from flaxen.nnx import _lift, filterlib, spmd
 from flaxen.nnx._graph_node import GraphNode
@@ -580,7 +580,7 @@ def _check_refs(carry: tp.Any, built: dict, msg: str) -> None:
     copies = {id(o) for o in built.values()}
     for ref in eng.flatten([carry]).refs:
         if id(ref) not in copies:
-            raise NNXTransformError(
+            raise NNXStructureChangeError(
                 "", f"nnx.scan: {msg}; the returned carry holds a new {type(ref).__name__} "
                 "where its input had another object",
                 "Update the carried objects in place and return the same objects.")

@@ -117,7 +117,20 @@ class JitWrapped:
 
     def _make_jitted(self, donate_leaf_args: tuple) -> tp.Callable:
         donate = (1,) if self.donate_state else ()
-        return jax.jit(self._inner, static_argnums=(0,), donate_argnums=donate + tuple(
+        inner = self._inner
+
+        def run(static: _lift.InStatic, values: list, leaves: list, *donated: tp.Any
+                ) -> _JitOut:
+            return inner(static, values, leaves, *donated)
+
+        # JAX names the computation (jaxprs, profiles, tracer errors) after the function it
+        # is given: the user's name, not the wrapper's. Only the names: the signature must
+        # stay the wrapper's for JAX's argnums checks.
+        name = getattr(self.fun, "__name__", None)
+        if isinstance(name, str):
+            run.__name__ = name
+            run.__qualname__ = getattr(self.fun, "__qualname__", name)
+        return jax.jit(run, static_argnums=(0,), donate_argnums=donate + tuple(
             i + 3 for i in donate_leaf_args), **self._jit_kwargs)
 
     def _inner(self, static: _lift.InStatic, values: list, leaves: list, *donated: tp.Any
