@@ -37,3 +37,19 @@ def test_list_equality_and_hashing():
         hash(a)
     d = nnx.Dict(a=1)
     assert d == {"a": 1} and d == nnx.Dict(a=1) and hash(d) != hash(nnx.Dict(a=1))
+
+
+def test_list_indices_are_integers_and_slices_never_resize():
+    import numpy as np
+    import pytest
+
+    items = nnx.List([1, 2, 3])
+    with pytest.raises(TypeError, match="Invalid index type"):
+        items[1.0]
+    with pytest.raises(TypeError, match="Invalid index type"):
+        items[1.0] = 9
+    assert items[np.int64(2)] == 3  # any integer type indexes
+    with pytest.raises(ValueError, match="Length mismatch"):
+        items[0:2] = [9]
+    items[0:2] = [7, 8]
+    assert list(items) == [7, 8, 3] and len(items) == 3
