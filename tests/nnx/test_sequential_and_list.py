@@ -1,6 +1,7 @@
 """Sequential's argument passing (tuple and dict outputs, rngs) and List equality."""
 
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from flaxen import nnx
@@ -40,9 +41,6 @@ def test_list_equality_and_hashing():
 
 
 def test_list_indices_are_integers_and_slices_never_resize():
-    import numpy as np
-    import pytest
-
     items = nnx.List([1, 2, 3])
     with pytest.raises(TypeError, match="Invalid index type"):
         items[1.0]
