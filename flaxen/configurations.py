@@ -95,6 +95,12 @@ def static_int_env(varname: str, default: int | None) -> int | None:
         ) from None
 
 
+class _UnknownFlagError(LookupError, AttributeError):
+    # temp_flip_flag of an unknown flag: a LookupError like update's; an AttributeError too,
+    # which is what Flax's (an attribute read of the flag) raises
+    pass
+
+
 class FlagHolder(Generic[_T]):
     """A handle on one flag; ``holder.value`` reads the current value.
 
@@ -105,14 +111,15 @@ class FlagHolder(Generic[_T]):
     >>> from flaxen import configurations
     >>> h = configurations.flax_return_frozendict
     >>> h.name, h.__name__, h.value
-    ('flax_return_frozendict', 'return_frozendict', False)
+    ('flax_return_frozendict', '_return_frozendict', False)
     """
 
     def __init__(self, name: str, help: str, config: Config | None = None) -> None:
         self._config = config
         self.name = name
         self.help = help
-        self.__name__ = name[len("flax_"):] if name.startswith("flax_") else name
+        # Flax's holders drop four characters, keeping the underscore: '_profile'
+        self.__name__ = name[4:] if name.startswith("flax_") else name
         self.__doc__ = f"Flag holder for `{name}`.\n\n{help}"
 
     @property
@@ -297,7 +304,7 @@ class Config:
         """
         name = var_name if var_name in self._values else f"flax_{var_name}"
         if name not in self._values:
-            raise LookupError(
+            raise _UnknownFlagError(
                 f"Unrecognized config option: {var_name!r}. Known options: {self._known()}."
             )
         old = self._values[name]

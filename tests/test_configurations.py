@@ -229,7 +229,7 @@ def test_new_flags_update_and_environment(name):
 def test_flag_holder_has_flax_signature_and_accepts_attributes():
     holder = configurations.FlagHolder("flax_profile", "profiles")
     assert holder.value is config.flax_profile  # reads the module's config
-    assert holder.__name__ == "profile" and "profiles" in holder.__doc__
+    assert holder.__name__ == "_profile" and "profiles" in holder.__doc__
     holder.extra = 1  # settable, as in Flax
     assert holder.extra == 1
     assert configurations.FlagHolder("nnx_graph_mode", "h").__name__ == "nnx_graph_mode"

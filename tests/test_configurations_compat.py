@@ -65,3 +65,12 @@ def test_module_temp_flip_flag_as_context_and_decorator():
     with temp_flip_flag("flax_fix_rng_separator", not before):
         assert config.flax_fix_rng_separator is (not before)
     assert config.flax_fix_rng_separator is before
+
+
+def test_flip_of_an_unknown_flag_and_holder_names_as_flax():
+    from flaxen import configurations
+
+    with pytest.raises(AttributeError, match="nonexistent"):
+        with configurations.config.temp_flip_flag("nonexistent", True):
+            pass
+    assert configurations.flax_profile.__name__ == "_profile"
