@@ -38,6 +38,7 @@ __all__ = [
     "BatchSizeError",
     "CarryStructureError",
     "MissingAxisError",
+    "MetadataAxisError",
     "NNXRulesMissingError",
     "NNXStructureChangeError",
     "VariableInPlaceError",
@@ -609,6 +610,17 @@ class MissingAxisError(FlaxError, _layer_errors.LayerRankError, IndexError):
     >>> err = MissingAxisError('RNN: inputs of shape (3,): add a time axis')
     >>> isinstance(err, IndexError), isinstance(err, ValueError)
     (True, True)
+    """
+
+
+class MetadataAxisError(FlaxError, ValueError, AssertionError):
+    """A lifted transform removing a metadata axis (``nn.Partitioned.remove_axis``) found
+    another axis name at that position than the one it added: the transform's
+    ``metadata_params`` differ between adding and removing. An ``AssertionError`` too, as
+    Flax's ``assert`` raises there.
+
+    >>> isinstance(MetadataAxisError('expected axis name layers at 0'), AssertionError)
+    True
     """
 
 

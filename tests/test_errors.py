@@ -55,6 +55,8 @@ CASES = {
     "MeshRequiredError": (("model", None),),
     "CarryStructureError": ("while_loop: the carry changed; make the variable before the loop",),
     "BatchSizeError": ("pad_shard_unpad: sizes 3 and 4 differ; give them one size",),
+    "MetadataAxisError": ("remove_axis(0) expected axis name 'layers', found 'zz'; pass the "
+                          "same metadata_params",),
     "MissingAxisError": ("RNN: inputs of shape (3,) have no time axis; add one",),
     "NNXUnsupportedError": ("", "graph-mode with graph_updates is not supported for nnx.vjp",
                             "pass graph_updates=False"),

@@ -188,7 +188,7 @@ class Partitioned(struct.PyTreeNode, AxisMetadata[A]):
         axis_name = self._axis_name(params)
         names = list(self.names)
         if names[index] != axis_name:
-            raise ValueError(
+            raise errors.MetadataAxisError(
                 f"remove_axis({index}) expected axis name {axis_name!r} at position {index} "
                 f"of {tuple(names)}, found {names[index]!r}. The metadata_params of the "
                 "transform must match the ones used when the axis was added."

@@ -18,6 +18,14 @@ class LayerPaddingError(ValueError, RuntimeError):
     """A padding argument is neither a known string nor a sequence of (low, high) pairs."""
 
 
+class LayerPaddingTypeError(LayerPaddingError, TypeError):
+    """A padding argument of the wrong kind altogether (an int where pairs are needed)."""
+
+
+class LayerPaddingCountError(LayerPaddingError, AssertionError):
+    """A padding given as pairs, but not one ``(low, high)`` pair per window dimension."""
+
+
 class LayerShapeError(ValueError, AssertionError):
     """An argument (mask, kernel size, strides...) has a shape that does not fit the layer."""
 

@@ -22,7 +22,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from flaxen.layer_math.errors import LayerPaddingError, LayerRankError, LayerShapeError
+from flaxen.layer_math.errors import (
+    LayerPaddingCountError,
+    LayerPaddingError,
+    LayerPaddingTypeError,
+    LayerRankError,
+    LayerShapeError,
+)
 
 __all__ = ["avg_pool", "max_pool", "min_pool", "pool"]
 
@@ -57,12 +63,12 @@ def _resolve_padding(
     try:
         pairs = tuple(tuple(int(v) for v in pair) for pair in padding)
     except TypeError:
-        raise LayerPaddingError(
+        raise LayerPaddingTypeError(
             f"{caller}: padding must be 'SAME', 'VALID' or a sequence of {n} (low, high) "
             f"pairs, but got {padding!r}."
         ) from None
     if len(pairs) != n or any(len(p) != 2 for p in pairs):
-        raise LayerPaddingError(
+        raise LayerPaddingCountError(
             f"{caller}: padding {padding!r} must hold exactly {n} (low, high) pairs, one "
             f"per window dimension (window has {n} dimensions)."
         )

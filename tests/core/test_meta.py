@@ -108,6 +108,8 @@ def test_partitioned_add_axis_pads_short_names_and_remove_checks_the_name():
     assert box.add_axis(0, AXIS).names == ("layers", "a")
     with pytest.raises(ValueError, match="expected axis name 'layers'"):
         box.remove_axis(0, AXIS)
+    with pytest.raises(AssertionError):  # Flax's class there
+        box.remove_axis(0, AXIS)
     with pytest.raises(errors.PartitioningUnspecifiedError, match="partition_name"):
         box.add_axis(0, {})
     with pytest.raises(errors.PartitioningUnspecifiedError):

@@ -150,3 +150,15 @@ def test_lowercase_padding_string_is_accepted():
 
 def test_module_all():
     assert set(pooling.__all__) == {"pool", "max_pool", "avg_pool", "min_pool"}
+
+
+def test_padding_mistakes_raise_flaxs_classes_too():
+    x = jnp.ones((1, 4, 4, 1))
+    with pytest.raises(TypeError):  # not pairs at all
+        max_pool(x, (2, 2), padding=3)
+    with pytest.raises(AssertionError):  # pairs, but not one per window dimension
+        max_pool(x, (2, 2), padding=((1, 1),))
+    with pytest.raises(AssertionError):
+        max_pool(x, (2, 2), padding=((1, 1, 1), (0, 0)))
+    with pytest.raises(ValueError, match="one per window dimension"):
+        avg_pool(x, (2, 2), padding=((1, 1),))
