@@ -126,7 +126,7 @@ def _call_with_hooks(module: Any, fun: Callable, method_name: str, is_compact: b
     stack = context.module_stack
     stack.append(module)
     try:
-        if config.flax_profile and _tracing():
+        if _profiling() and _tracing():
             with jax.named_scope(_profile_name(module, method_name)):
                 y = run_intercepted(module, fun, method_name, args, kwargs)
         else:
@@ -176,7 +176,7 @@ def wrap_method(fun: Callable[..., Any], is_compact: bool) -> Callable[..., Any]
         st = self._state
         if st.setup_called != SETUP_DONE:
             try_setup(self)
-        if config.flax_profile and _tracing():
+        if _profiling() and _tracing():
             return _call_with_hooks(self, fun, method_name, is_compact, args, kwargs)
         stack = context.module_stack
         if is_compact and not st.in_compact:
@@ -244,18 +244,29 @@ def wrap_descriptor(prop: property) -> property:
 # --- profiling ---------------------------------------------------------------------------
 
 
+# Set by enable/disable/override_named_call, which (as Flax's) leave config.flax_profile
+# alone; None follows config.flax_profile, read at each call (Flax reads it at import only).
+_NAMED_CALL: list[bool | None] = [None]
+
+
+def _profiling() -> bool:
+    forced = _NAMED_CALL[0]
+    return config.flax_profile if forced is None else forced
+
+
 def enable_named_call() -> None:
     """Runs every Module method under ``jax.named_scope(<module name>)`` (profiles).
 
     Labels only show in compiled (jit/pmap) programs; flaxen adds them only while
-    tracing, so eager calls pay nothing. Same as ``config.update('flax_profile', True)``.
+    tracing, so eager calls pay nothing. ``config.flax_profile`` is left as it is.
     """
-    config.update("flax_profile", True)
+    _NAMED_CALL[0] = True
 
 
 def disable_named_call() -> None:
-    """Stops labelling Module methods with ``jax.named_scope``."""
-    config.update("flax_profile", False)
+    """Stops labelling Module methods with ``jax.named_scope`` (``config.flax_profile`` is
+    left as it is)."""
+    _NAMED_CALL[0] = False
 
 
 @contextlib.contextmanager
@@ -263,28 +274,29 @@ def override_named_call(enable: bool = True) -> Iterator[None]:
     """Enables (or disables) named-call labels inside the ``with`` block only.
 
     >>> import flaxen.linen as nn
-    >>> from flaxen import config
+    >>> from flaxen.linen import _interception
     >>> with nn.override_named_call(False):
-    ...     config.flax_profile
+    ...     _interception._profiling()
     False
     """
-    old = config.flax_profile
-    config.update("flax_profile", enable)
+    old = _NAMED_CALL[0]
+    _NAMED_CALL[0] = enable
     try:
         yield
     finally:
-        config.update("flax_profile", old)
+        _NAMED_CALL[0] = old
 
 
 def named_call(class_fn: Callable[..., Any], force: bool = True) -> Callable[..., Any]:
     """Labels a Module method with ``jax.named_scope`` for profiles.
 
-    Active when ``config.flax_profile`` is on, or always with ``force=True``.
+    Active while named calls are on (``config.flax_profile``, or
+    ``enable_named_call``), or always with ``force=True``.
     """
 
     @functools.wraps(class_fn)
     def wrapped(self, *args: Any, **kwargs: Any) -> Any:
-        if force or config.flax_profile:
+        if force or _profiling():
             with jax.named_scope(_profile_name(self, class_fn.__name__)):
                 return class_fn(self, *args, **kwargs)
         return class_fn(self, *args, **kwargs)

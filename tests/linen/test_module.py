@@ -363,18 +363,29 @@ def test_module_on_custom_scope_parent_and_named_call_flags():
         def __call__(self, x):
             return Dense(2)(x)
 
-    with nn.override_named_call(True):
-        assert config.flax_profile is True
+    def labelled() -> bool:
         variables = Top().init(KEY, X)
         jitted = jax.jit(lambda v: Top().apply(v, X))
-        text = jitted.lower(variables).as_text(debug_info=True)
-        assert "Dense_0" in text
+        return "Top/Dense_0" in jitted.lower(variables).as_text(debug_info=True)
+
+    with nn.override_named_call(True):
+        assert labelled()
     with nn.override_named_call(False):
-        assert config.flax_profile is False
+        assert not labelled()
+    # as Flax's, the switches leave the config flag alone
     nn.disable_named_call()
-    assert config.flax_profile is False
-    nn.enable_named_call()
-    assert config.flax_profile is True
+    try:
+        assert config.flax_profile is True and not labelled()
+    finally:
+        nn.enable_named_call()
+    assert labelled()
+    # without an override, the flag itself decides (flaxen reads it at each call)
+    from flaxen.linen import _interception
+
+    _interception._NAMED_CALL[0] = None
+    with config.temp_flip_flag("profile", False):
+        assert not labelled()
+    assert labelled()
 
 
 def test_variables_property_and_variable_api():
