@@ -196,6 +196,11 @@ def make_dataclass(cls: Any, kw_only: bool = False) -> None:
     # them last (dataclasses.fields, astuple, the keyword order of __init__).
     declared = cls.__dataclass_fields__
     has_initvar = any(f._field_type is _FIELD_INITVAR for f in declared.values())
+    # a ``_: KW_ONLY`` marker in this class's own annotations makes parent and name
+    # keyword-only too, as in Flax (a subclass without its own marker does not)
+    kw_marker = any(
+        a is dataclasses.KW_ONLY or (isinstance(a, str) and a.split(".")[-1] == "KW_ONLY")
+        for a in cls.__dict__.get("__annotations__", {}).values())
     if any(n in declared for n in _RESERVED):
         reordered = {k: f for k, f in declared.items() if k not in _RESERVED}
         for k in _RESERVED:
@@ -205,7 +210,7 @@ def make_dataclass(cls: Any, kw_only: bool = False) -> None:
             # parent, name)``) unless the class is kw_only. Each class gets its own copy:
             # the Field objects of bases are shared with them.
             f = copy.copy(declared[k])
-            f.kw_only = kw_only or has_initvar
+            f.kw_only = kw_only or has_initvar or kw_marker
             reordered[k] = f
         cls.__dataclass_fields__ = reordered
     fields = list(cls.__dataclass_fields__.values())

@@ -424,3 +424,19 @@ def test_parent_and_name_are_the_last_dataclass_fields_as_in_flax():
     assert all(p.kind is p.KEYWORD_ONLY for p in inspect.signature(K).parameters.values())
     m = M(1, name="m")
     assert (m.a, m.b, m.name) == (1, 2, "m") and M(1) == M(1) and hash(M(1)) == hash(M(1))
+
+
+def test_a_kw_only_marker_makes_parent_and_name_keyword_only():
+    import dataclasses
+    import inspect
+
+    class KW(nn.Module):
+        a: int
+        _: dataclasses.KW_ONLY
+        b: int = 2
+
+    kinds = {p.name: p.kind for p in inspect.signature(KW).parameters.values()}
+    assert kinds["a"] is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert {kinds[n] for n in ("b", "parent", "name")} == {inspect.Parameter.KEYWORD_ONLY}
+    assert list(kinds) == ["a", "b", "parent", "name"]
+    assert KW(1, b=3, name="k").name == "k"

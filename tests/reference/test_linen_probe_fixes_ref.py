@@ -205,3 +205,31 @@ def test_vmap_axis_size_inference_matches(case):
               "nothing_mapped": "axis_size should be specified manually",
               "int_axes": "vmap got inconsistent sizes"}[case]
     _same_failure(ours, theirs, phrase)
+
+
+def _kw_only_layout(lib_nn):
+    import dataclasses
+    import inspect
+
+    class KW(lib_nn.Module):
+        a: int
+        _: dataclasses.KW_ONLY
+        b: int = 2
+
+    class Sub(KW):
+        c: int = 3
+
+    class Field(lib_nn.Module):
+        a: int
+        b: int = dataclasses.field(default=2, kw_only=True)
+
+    out = []
+    for cls in (KW, Sub, Field):
+        params = inspect.signature(cls).parameters.values()
+        out.append(([(p.name, p.kind) for p in params],
+                    [(f.name, f.kw_only) for f in dataclasses.fields(cls)]))
+    return out
+
+
+def test_kw_only_marker_makes_parent_and_name_keyword_only_as_flax():
+    assert _kw_only_layout(nn) == _kw_only_layout(fnn)
