@@ -238,3 +238,15 @@ def test_resolve_bound_callable_leaves_other_callables():
     part = functools.partial(f, 1)
     fn, owner, was_bound = transforms._resolve_bound_callable(part)
     assert (owner, was_bound) == (None, False) and fn is not part and fn() == 1
+
+
+def test_norm_math_private_helpers():
+    import jax.numpy as jnp
+    import numpy as np
+
+    from flaxen.nnx.nn import normalization
+
+    z = jnp.array([3 + 4j, -1.0])
+    np.testing.assert_allclose(normalization._abs_sq(z), [25.0, 1.0])
+    v = normalization._l2_normalize(jnp.array([3.0, 4.0]), eps=0.0)
+    np.testing.assert_allclose(v, [0.6, 0.8], rtol=1e-6)

@@ -212,3 +212,17 @@ def test_hashable_mapping_from_graph():
     assert (dict(o), len(o), list(o), repr(o)) == (dict(t), len(t), list(t), repr(t))
     assert (hash(o) == hash(ours(dict(reversed(items.items()))))) is True
     assert (o == ours(items), o == items) == (t == theirs(items), t == items)
+
+
+def test_norm_math_helpers_as_flax():
+    from flax.nnx.nn import normalization as theirs
+
+    from flaxen.nnx.nn import normalization as ours
+
+    z = jnp.array([[1 + 2j, 3 - 1j], [0.5j, -2.0]])
+    np.testing.assert_array_equal(ours._abs_sq(z), theirs._abs_sq(z))
+    y = jnp.arange(6.0).reshape(2, 3) - 2.5
+    for axis in (None, 0, 1, (0, 1)):
+        np.testing.assert_array_equal(ours._l2_normalize(y, axis), theirs._l2_normalize(y, axis))
+        np.testing.assert_array_equal(ours._l2_normalize(y, axis, eps=1.0),
+                                      theirs._l2_normalize(y, axis, eps=1.0))

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flaxen.layer_math import initializers
-from flaxen.layer_math.normalization import canonicalize_axes, compute_stats, normalize
+from flaxen.layer_math.normalization import abs_sq, canonicalize_axes, compute_stats, normalize
 from flaxen.nnx.module import Module
 from flaxen.nnx.nn import dtypes
 from flaxen.nnx.nn._common import _value, new_param
@@ -512,4 +512,10 @@ class InstanceNorm(Module):
         )
 
 
-from flaxen.nnx.nn.reparam import SpectralNorm, WeightNorm  # noqa: E402  (re-export)
+from flaxen.nnx.nn.reparam import (  # noqa: E402  (re-export)
+    SpectralNorm,
+    WeightNorm,
+    _l2_normalize,  # noqa: F401 - Flax's private helper, imported from here
+)
+
+_abs_sq = abs_sq  # Flax's private name: |x|^2, real for complex x
