@@ -67,6 +67,18 @@ def _freeze_meta(meta: dict) -> tuple:
     return tuple((k, freeze(v)) for k, v in sorted(meta.items()))
 
 
+def _meta_order(meta: dict) -> tuple | None:
+    """The metadata's key order when it is not sorted (see ``VariableDef.order``)."""
+    keys = tuple(meta)
+    return None if list(keys) == sorted(keys) else keys
+
+
+def variable_def(x: tp.Any, index: int) -> VariableDef:
+    """The definition of Variable ``x`` at position ``index``."""
+    meta = x._var_metadata
+    return VariableDef(type(x), index, _freeze_meta(meta), _meta_order(meta) if meta else None)
+
+
 def _key_part(k: tp.Any) -> tp.Any:
     for attr in ("key", "idx", "name"):
         if hasattr(k, attr):
@@ -202,7 +214,7 @@ def flatten(roots: tp.Sequence[tp.Any], root_paths: tp.Sequence[tuple] | None = 
             refs.append(x)
             leaves.append(x)
             paths.append(path)
-            return VariableDef(tx, i, _freeze_meta(x._var_metadata))
+            return variable_def(x, i)
         if isinstance(x, GraphNode):
             i = ids.get(id(x))
             if i is not None:

@@ -95,7 +95,11 @@ class VariableDef(_SameOuterIndex, _reprlib.Representable, tp.Generic[Node]):
 
     type: type
     index: int
-    metadata: tuple  # ((name, frozen value), ...) sorted by name
+    metadata: tuple  # ((name, frozen value), ...) sorted by name: compared and hashed
+    # the Variable's own key order when it is not sorted (None when it is): a Variable built
+    # from this definition lists its metadata as the original did; not part of equality,
+    # as two Variables with the same metadata define the same structure
+    order: tuple | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def outer_index(self) -> int | None:
@@ -108,7 +112,12 @@ class VariableDef(_SameOuterIndex, _reprlib.Representable, tp.Generic[Node]):
         return None
 
     def thawed_metadata(self) -> dict:
-        return {k: thaw(v) for k, v in self.metadata} if self.metadata else {}
+        if not self.metadata:
+            return {}
+        if self.order is None:
+            return {k: thaw(v) for k, v in self.metadata}
+        frozen = dict(self.metadata)
+        return {k: thaw(frozen[k]) for k in self.order}
 
     def __nnx_repr__(self) -> tp.Iterator[_reprlib.Object | _reprlib.Attr]:
         yield _reprlib.Object(type=type(self))

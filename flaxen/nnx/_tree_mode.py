@@ -262,7 +262,7 @@ def tree_flatten_slow(node: tp.Any) -> tuple[TreeGraphDef, list, list]:
     leaves = [with_path[i][1] for i in order]
     index = tuple((tree_paths[i], i) for i in order)
     var_defs: list[VariableDef[tp.Any]] = [
-        VariableDef(type(x), i, eng._freeze_meta(x._var_metadata))
+        eng.variable_def(x, i)
         for i, x in enumerate(leaves) if isinstance(x, Variable)]
     return TreeGraphDef(TreeNodeDef(type(node), treedef, index), var_defs), paths, leaves
 

@@ -229,7 +229,8 @@ def test_graph_state_prints_both_fields():
 
 def test_variable_def_metadata_in_flax_order():
     graphdef, _ = nnx.split(nnx.List([nnx.Param(1.0, b=2, a=1)]))
-    assert "metadata=PrettyMapping({\n    'a': 1,\n    'b': 2,\n    'hijax': False,\n" \
+    # the Variable's own order (b before a), then the three every Variable carries
+    assert "metadata=PrettyMapping({\n    'b': 2,\n    'a': 1,\n    'hijax': False,\n" \
         "    'ref': False,\n    'eager_sharding': True\n  })" in repr(graphdef)
     assert _ts(graphdef) == """GraphDef(
   nodes=[
@@ -244,7 +245,7 @@ def test_variable_def_metadata_in_flax_order():
       type=Param,
       index=1,
       outer_index=None,
-      metadata={'a': 1, 'b': 2, 'hijax': False, 'ref': False, 'eager_sharding': True},
+      metadata={'b': 2, 'a': 1, 'hijax': False, 'ref': False, 'eager_sharding': True},
     ),
   ],
   attributes=[(0, NodeAttr())],

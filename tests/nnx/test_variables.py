@@ -358,3 +358,13 @@ def test_a_variable_rebuilt_by_unflatten_lists_its_metadata_sorted():
         assert keys == sorted(keys) and rebuilt.get_metadata() == p.get_metadata()
         rebuilt.set_metadata("beta", 3)  # a write copies the shared dict first
         assert "beta" not in jax.tree.map(lambda x: x, p).get_metadata()
+
+
+def test_a_variable_rebuilt_from_its_definition_keeps_its_metadata_order():
+    v = nnx.jit(lambda: nnx.Param(jnp.ones(2), zeta=1, alpha=2))()
+    assert list(v.get_metadata())[:2] == ["zeta", "alpha"]
+    # the order is not part of the structure: the same metadata in another order is the
+    # same definition
+    a = nnx.graphdef(nnx.Param(jnp.ones(2), zeta=1, alpha=2))
+    b = nnx.graphdef(nnx.Param(jnp.ones(2), alpha=2, zeta=1))
+    assert a == b and hash(a) == hash(b)

@@ -74,3 +74,18 @@ def _named_shardings(lib):
 def test_get_named_sharding_as_flax():
     # the metadata order too: Flax rebuilds each Variable by a tree map
     assert _named_shardings(nnx) == _named_shardings(fnnx)
+
+
+def _made_inside(lib):
+    import jax.numpy as jnp
+
+    v = lib.jit(lambda: lib.Param(jnp.ones(2), zeta=1, alpha=2))()
+    mesh = jax.make_mesh((1,), ("model",))
+    with jax.set_mesh(mesh):
+        init = lib.with_partitioning(lib.initializers.lecun_normal(), (None, "model"))
+        layer = lib.jit(lambda: lib.Linear(2, 4, kernel_init=init, rngs=lib.Rngs(0)))()
+    return list(v.get_metadata()), list(layer.kernel.get_metadata())
+
+
+def test_variables_made_inside_jit_keep_their_metadata_order_as_flax():
+    assert _made_inside(nnx) == _made_inside(fnnx)
