@@ -22,7 +22,6 @@ those (``param[...] > 0``).
 
 from __future__ import annotations
 
-import operator
 import typing as tp
 
 from flaxen.errors import VariableInPlaceError
@@ -41,14 +40,9 @@ def _binary(name: str) -> tp.Callable:
     return method
 
 
-_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "matmul": "@", "truediv": "/",
-           "floordiv": "//", "mod": "%", "pow": "**", "lshift": "<<", "rshift": ">>",
-           "and": "&", "xor": "^", "or": "|"}
-
-
 def _inplace(op: str) -> tp.Callable:
     def method(self: tp.Any, other: tp.Any) -> tp.Any:
-        sym = _SYMBOL[op]
+        sym = _BINARY[op]
         raise VariableInPlaceError(
             "", f"In-place operations are no longer supported for Variable: `v {sym}= x` on "
             f"a {type(self).__name__}",
@@ -67,13 +61,10 @@ def _unary(name: str) -> tp.Callable:
     return method
 
 
-_BINARY: dict[str, tp.Callable[[tp.Any, tp.Any], tp.Any]] = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul,
-    "matmul": operator.matmul, "truediv": operator.truediv,
-    "floordiv": operator.floordiv, "mod": operator.mod,
-    "pow": operator.pow, "lshift": operator.lshift, "rshift": operator.rshift,
-    "and": operator.and_, "xor": operator.xor, "or": operator.or_,
-}
+# the binary operators, by dunder name, with their symbol (for the in-place error message)
+_BINARY = {"add": "+", "sub": "-", "mul": "*", "matmul": "@", "truediv": "/",
+           "floordiv": "//", "mod": "%", "pow": "**", "lshift": "<<", "rshift": ">>",
+           "and": "&", "xor": "^", "or": "|"}
 _UNARY = ("neg", "pos", "abs", "invert", "complex", "int", "float", "index", "trunc", "floor",
           "ceil")
 
@@ -103,11 +94,10 @@ class ArrayOps:
         return self.get_value()(*args, **kwargs)  # type: ignore[attr-defined]
 
 
-_fn: tp.Callable[..., tp.Any]
-for _name, _fn in _BINARY.items():
+for _name in _BINARY:
     setattr(ArrayOps, f"__{_name}__", _binary(f"__{_name}__"))
     setattr(ArrayOps, f"__r{_name}__", _binary(f"__r{_name}__"))
     setattr(ArrayOps, f"__i{_name}__", _inplace(_name))
 for _name in _UNARY:
     setattr(ArrayOps, f"__{_name}__", _unary(f"__{_name}__"))
-del _name, _fn
+del _name
